@@ -1,0 +1,203 @@
+package sluice
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Bucket is the stored state of one token bucket: the tokens it held at
+// Last, a time in Unix microseconds. Stores keep one Bucket per rule; most
+// callers never see one.
+type Bucket struct {
+	Tokens float64
+	Last   int64
+}
+
+// FullBucket is the state of a key that has none: full, as of now.
+func FullBucket(r Rule, now int64) Bucket {
+	return Bucket{Tokens: float64(r.Burst), Last: now}
+}
+
+// tolerance absorbs the rounding of float64 arithmetic in the comparison of
+// tokens against a cost, so that a caller who waits exactly RetryAfter is
+// never denied by a rounding error (0.1 + 0.2 < 0.3 in float64). It is far
+// below any real refill: at 1e6 tokens/s one microsecond brings 1 token.
+// The Lua script uses the same constant.
+const tolerance = 1e-9
+
+// refill returns the tokens in b at now under r:
+// min(burst, tokens + max(0, now - last) * rate). A clock that is behind
+// the last refill sees the bucket as it was then: skew never mints tokens.
+// The explicit float64 conversions stop the compiler from fusing the
+// multiply and add (as it may on arm64), which would break bit-for-bit
+// agreement with the Lua script.
+func refill(b Bucket, r Rule, now int64) float64 {
+	elapsed := now - b.Last
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	gained := float64(float64(elapsed) / 1e6 * r.Rate)
+	return math.Min(float64(r.Burst), float64(b.Tokens+gained))
+}
+
+// Decide applies a check of cost (and, when maxDelay > 0, a reservation
+// that waits at most maxDelay) to buckets, one per rule, at now in Unix
+// microseconds, and updates buckets in place. It is the definition of
+// SPEC §2 and §3 that every store shares. Input must be valid (see
+// ValidateRequest): Decide does not check it.
+//
+// All rules are refilled to now. The request passes when every bucket
+// holds at least cost tokens (or, for a reservation, will within
+// maxDelay); then cost is taken from every bucket, else from none. The
+// refill and the time of it are recorded either way, and Last never moves
+// backwards.
+func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
+	c := float64(cost)
+	var wait int64 // µs until every bucket holds cost
+	for i, r := range rules {
+		tokens := refill(buckets[i], r, now)
+		buckets[i].Tokens = tokens
+		if buckets[i].Last < now {
+			buckets[i].Last = now
+		}
+		if tokens+tolerance < c {
+			if w := micros((c - tokens) / r.Rate); w > wait {
+				wait = w
+			}
+		}
+	}
+	allowed := wait == 0 || (maxDelay > 0 && wait <= maxDelay.Microseconds())
+	if allowed {
+		for i := range rules {
+			buckets[i].Tokens -= c
+		}
+	}
+	res := report(buckets, rules, c, allowed)
+	if allowed && wait > 0 {
+		res.Delay = time.Duration(wait) * time.Microsecond
+	}
+	return res
+}
+
+// AdjustBuckets charges delta more tokens (or refunds -delta, up to the
+// burst) to buckets at now, after refilling them. Allowed in the result
+// reports whether every bucket is at or above zero afterwards.
+func AdjustBuckets(buckets []Bucket, rules []Rule, now, delta int64) Result {
+	allowed := true
+	for i, r := range rules {
+		tokens := math.Min(float64(r.Burst), refill(buckets[i], r, now)-float64(delta))
+		buckets[i].Tokens = tokens
+		if buckets[i].Last < now {
+			buckets[i].Last = now
+		}
+		if tokens+tolerance < 0 {
+			allowed = false
+		}
+	}
+	return report(buckets, rules, 0, allowed)
+}
+
+// report builds the Result of buckets after a decision. Denied: the rule
+// that makes the caller wait longest for cost tokens. Allowed: the rule
+// with the fewest whole tokens left, ties going to the one furthest from
+// full.
+func report(buckets []Bucket, rules []Rule, cost float64, allowed bool) Result {
+	best, bestKey, bestReset := 0, int64(math.MaxInt64), int64(-1)
+	var retry int64
+	for i, r := range rules {
+		reset := micros((float64(r.Burst) - buckets[i].Tokens) / r.Rate)
+		if !allowed {
+			w := int64(0)
+			if buckets[i].Tokens+tolerance < cost {
+				w = micros((cost - buckets[i].Tokens) / r.Rate)
+			}
+			if w > retry {
+				best, retry = i, w
+			}
+			continue
+		}
+		if rem := remaining(buckets[i].Tokens); rem < bestKey || (rem == bestKey && reset > bestReset) {
+			best, bestKey, bestReset = i, rem, reset
+		}
+	}
+	r := rules[best]
+	return Result{
+		Allowed:    allowed,
+		Rule:       best,
+		Limit:      r.Burst,
+		Remaining:  remaining(buckets[best].Tokens),
+		RetryAfter: time.Duration(retry) * time.Microsecond,
+		ResetAfter: time.Duration(micros((float64(r.Burst)-buckets[best].Tokens)/r.Rate)) * time.Microsecond,
+	}
+}
+
+// remaining is the whole number of tokens in a bucket, never below zero.
+func remaining(tokens float64) int64 {
+	if tokens <= 0 {
+		return 0
+	}
+	return int64(math.Floor(tokens + tolerance))
+}
+
+// micros rounds seconds up to whole microseconds; a non-positive span is 0.
+func micros(seconds float64) int64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(float64(seconds * 1e6)))
+}
+
+func durationOf(seconds float64) time.Duration {
+	return time.Duration(micros(seconds)) * time.Microsecond
+}
+
+// ExpiryAfter is how long a key's state must be kept: until every bucket
+// is full again, which is when dropping it loses nothing, plus margin.
+func ExpiryAfter(buckets []Bucket, rules []Rule, margin time.Duration) time.Duration {
+	var longest int64
+	for i, r := range rules {
+		if t := micros((float64(r.Burst) - buckets[i].Tokens) / r.Rate); t > longest {
+			longest = t
+		}
+	}
+	return time.Duration(longest)*time.Microsecond + margin
+}
+
+// ValidateRequest reports why req cannot be checked, or nil. The error
+// wraps ErrInvalid or ErrCostExceedsBurst.
+func ValidateRequest(req Request) error {
+	if req.Key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if req.Cost < 0 {
+		return fmt.Errorf("%w: cost %d: want 0 or more", ErrInvalid, req.Cost)
+	}
+	if req.MaxDelay < 0 {
+		return fmt.Errorf("%w: max delay %v: want 0 or more", ErrInvalid, req.MaxDelay)
+	}
+	return validateRules(req.Rules, req.Cost)
+}
+
+// ValidateAdjust reports why an adjustment cannot be made, or nil.
+func ValidateAdjust(key string, rules []Rule) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	return validateRules(rules, 0)
+}
+
+func validateRules(rules []Rule, cost int64) error {
+	if len(rules) == 0 || len(rules) > MaxRules {
+		return fmt.Errorf("%w: %d rules: want 1 to %d", ErrInvalid, len(rules), MaxRules)
+	}
+	for i, r := range rules {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("rule %d: %w", i, err)
+		}
+		if cost > r.Burst {
+			return fmt.Errorf("%w: cost %d is above the burst %d of rule %d (%v): such a request can never pass", ErrCostExceedsBurst, cost, r.Burst, i, r)
+		}
+	}
+	return nil
+}

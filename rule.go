@@ -1,0 +1,120 @@
+package sluice
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rule is one token bucket: capacity Burst, refilled continuously at Rate
+// tokens per second. The zero Rule is invalid; build one with NewRule or
+// ParseRate, or fill both fields and call Validate.
+type Rule struct {
+	Rate  float64 // tokens per second, > 0, may be fractional
+	Burst int64   // capacity in tokens, ≥ 1
+}
+
+// NewRule returns the rule of the given rate (as ParseRate reads it) and
+// burst, or an error wrapping ErrInvalid.
+func NewRule(rate string, burst int64) (Rule, error) {
+	perSecond, err := ParseRate(rate)
+	if err != nil {
+		return Rule{}, err
+	}
+	r := Rule{Rate: perSecond, Burst: burst}
+	return r, r.Validate()
+}
+
+// Validate reports whether r can be checked; the error wraps ErrInvalid.
+func (r Rule) Validate() error {
+	if !(r.Rate > 0) || math.IsInf(r.Rate, 0) {
+		return fmt.Errorf("%w: rate %v: want a positive finite number of tokens per second", ErrInvalid, r.Rate)
+	}
+	if r.Burst < 1 {
+		return fmt.Errorf("%w: burst %d: want an integer of at least 1", ErrInvalid, r.Burst)
+	}
+	return nil
+}
+
+// RefillTime is the time r takes to refill an empty bucket.
+func (r Rule) RefillTime() time.Duration {
+	return durationOf(float64(r.Burst) / r.Rate)
+}
+
+// String formats r as "RATE burst N", with RATE as ParseRate reads it.
+func (r Rule) String() string {
+	return FormatRate(r.Rate) + " burst " + strconv.FormatInt(r.Burst, 10)
+}
+
+var rateUnits = []struct {
+	name    string
+	seconds float64
+}{
+	{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400},
+}
+
+// ParseRate reads a rate written as COUNT/UNIT and returns it in tokens per
+// second. COUNT is a positive decimal number; UNIT is s, m, h or d (also
+// second, minute, hour, day), or a Go duration such as 10s or 1m30s. For
+// example 10/s, 600/m, 1000/h, 10000/d, 0.5/s and 100/10s. The error wraps
+// ErrInvalid and says what would be valid.
+func ParseRate(s string) (float64, error) {
+	bad := func(why string) (float64, error) {
+		return 0, fmt.Errorf("%w: rate %q: %s; want COUNT/UNIT such as 10/s, 600/m, 1000/h, 10000/d or 0.5/s", ErrInvalid, s, why)
+	}
+	count, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return bad("no '/'")
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(count), 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+		return bad(fmt.Sprintf("count %q is not a number", count))
+	}
+	if n <= 0 {
+		return bad("count must be greater than zero")
+	}
+	seconds, err := unitSeconds(strings.TrimSpace(unit))
+	if err != nil {
+		return bad(err.Error())
+	}
+	rate := n / seconds
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return bad("out of range")
+	}
+	return rate, nil
+}
+
+func unitSeconds(unit string) (float64, error) {
+	switch strings.ToLower(unit) {
+	case "s", "sec", "second":
+		return 1, nil
+	case "m", "min", "minute":
+		return 60, nil
+	case "h", "hour":
+		return 3600, nil
+	case "d", "day":
+		return 86400, nil
+	}
+	d, err := time.ParseDuration(unit)
+	if err != nil {
+		return 0, fmt.Errorf("unit %q is not s, m, h, d or a duration such as 10s", unit)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("unit %q must be a positive duration", unit)
+	}
+	return d.Seconds(), nil
+}
+
+// FormatRate writes a rate in tokens per second the way ParseRate reads
+// it, in the smallest unit that makes the count a whole number (10/s, 1/m,
+// 10000/d), or per second when none does (0.3/s).
+func FormatRate(perSecond float64) string {
+	for _, u := range rateUnits {
+		if n := perSecond * u.seconds; n >= 1 && n < 1e15 && n == math.Trunc(n) {
+			return strconv.FormatFloat(n, 'f', -1, 64) + "/" + u.name
+		}
+	}
+	return strconv.FormatFloat(perSecond, 'g', -1, 64) + "/s"
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run) and what the README tells a
+# newcomer to run. Formatting, vet, staticcheck, then every test with -race.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/ensure-redis.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" >&2; echo "$unformatted" >&2; exit 1
+fi
+echo "== go vet"
+go vet ./...
+echo "== staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+echo "== go test -race"
+go test -race -count=1 -timeout 30m ./...

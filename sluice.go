@@ -1,0 +1,109 @@
+// Package sluice is the core of the sluice rate limiter: the token bucket
+// rule, the result of a check, the Store interface that every backend
+// implements, and the bucket math that all of them share.
+//
+// A Rule is a token bucket of capacity Burst refilled continuously at Rate
+// tokens per second. A check of cost c passes when at least c tokens are in
+// the bucket and removes them; otherwise nothing is consumed and the Result
+// says how long until c tokens will be there. A key that has no state is a
+// full bucket, so a store may forget any bucket that is full again without
+// changing a single answer.
+//
+// A check may name several rules (say 20/s with burst 100, and 10000/d):
+// they are decided together, all or nothing, and the Result reports the rule
+// closest to running out. The math lives in Decide and AdjustBuckets, written
+// once; the in-memory store (package memstore) calls it directly and the
+// Redis store (package redisstore) runs a Lua script that mirrors it line by
+// line, held against it by a differential test.
+package sluice
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors that callers branch on. Every error a store returns for bad input
+// wraps one of them, so errors.Is works through the added detail.
+var (
+	// ErrInvalid reports a request or rule that can never be checked: an
+	// empty key, a negative cost, no rules, a rate that is not a positive
+	// finite number, a burst below 1.
+	ErrInvalid = errors.New("sluice: invalid input")
+
+	// ErrCostExceedsBurst reports a cost larger than the burst of one of the
+	// rules: such a request can never pass, however long it waits.
+	ErrCostExceedsBurst = errors.New("sluice: cost exceeds burst")
+)
+
+// MaxRules is the largest number of rules one check may hold.
+const MaxRules = 16
+
+// Request is one check: Cost tokens for Key against every rule in Rules.
+type Request struct {
+	// Key names the caller's buckets. Stores keep one bucket per rule under
+	// it; a Redis store hashes keys longer than its bound.
+	Key string
+
+	// Cost is the number of tokens the request takes, ≥ 0. Zero inspects the
+	// buckets without taking anything.
+	Cost int64
+
+	// Rules are decided together, all or nothing; 1 to MaxRules of them.
+	// Their order matters: the state of a key is stored by rule position.
+	Rules []Rule
+
+	// MaxDelay, when positive, turns a denial into a reservation when the
+	// tokens will be there within MaxDelay: the tokens are taken now (the
+	// buckets go below zero) and Result.Delay says how long the caller must
+	// wait before it proceeds. Requests queue in arrival order. See SPEC §3.
+	MaxDelay time.Duration
+}
+
+// Result is the outcome of a check or an adjustment.
+type Result struct {
+	// Allowed reports whether the request passes (possibly after Delay).
+	Allowed bool
+
+	// Rule is the index in Request.Rules of the rule this result reports:
+	// when denied, the rule that makes the caller wait longest; when allowed,
+	// the one with the fewest tokens left.
+	Rule int
+
+	// Limit is the burst of the reported rule.
+	Limit int64
+
+	// Remaining is the whole number of tokens left in the reported rule's
+	// bucket after the check, never below zero.
+	Remaining int64
+
+	// RetryAfter is, when denied, the time until the request would pass:
+	// exactly (cost - tokens) / rate for the slowest rule, rounded up to the
+	// microsecond. Zero when allowed.
+	RetryAfter time.Duration
+
+	// ResetAfter is the time until the reported rule's bucket is full again.
+	ResetAfter time.Duration
+
+	// Delay is how long the caller must wait before proceeding with a
+	// reserved request (Request.MaxDelay). Zero for plain checks.
+	Delay time.Duration
+}
+
+// Store keeps token buckets and decides checks against them. Every
+// implementation is safe for concurrent use and gives the same answers for
+// the same sequence of (time, request).
+type Store interface {
+	// Check decides req at the store's current time. A denied check consumes
+	// nothing but records the refill. It returns an error wrapping
+	// ErrInvalid or ErrCostExceedsBurst for bad input, and another error
+	// when the store cannot answer (then the Result is meaningless).
+	Check(ctx context.Context, req Request) (Result, error)
+
+	// Adjust changes the buckets of key after the fact, for work whose cost
+	// is known only at its end: a positive delta charges more (buckets may
+	// go below zero, so later requests wait), a negative delta refunds (up
+	// to the burst). The Result reports the state afterwards; Allowed tells
+	// whether every bucket is at or above zero.
+	Adjust(ctx context.Context, key string, delta int64, rules []Rule) (Result, error)
+}
