@@ -1,0 +1,213 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct{ us atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(1_700_000_000_000_000)
+	return c
+}
+func (c *fakeClock) Now() time.Time                 { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) Add(d time.Duration)            { c.us.Add(d.Microseconds()) }
+func (c *fakeClock) Micros() int64                  { return c.us.Load() }
+func rules(rate float64, burst int64) []sluice.Rule { return []sluice.Rule{{Rate: rate, Burst: burst}} }
+
+func TestConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now})
+	defer s.Close()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				r, err := s.Check(context.Background(), sluice.Request{Key: "hot", Cost: 1, Rules: rules(1, 500)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 500 {
+		t.Fatalf("admitted %d of 3200 with the clock stopped, want exactly the burst 500", got)
+	}
+}
+
+func TestInvalidInputIsAnError(t *testing.T) {
+	s := New(Options{SweepInterval: -1})
+	if _, err := s.Check(context.Background(), sluice.Request{Key: "k", Cost: 6, Rules: rules(1, 5)}); err == nil || !strings.Contains(err.Error(), "can never pass") {
+		t.Fatalf("cost above burst: %v", err)
+	}
+	if _, err := s.Adjust(context.Background(), "", 1, rules(1, 5)); err == nil {
+		t.Fatal("empty key: no error")
+	}
+	if s.Len() != 0 {
+		t.Fatalf("invalid input stored %d keys", s.Len())
+	}
+}
+
+func TestSweepDropsOnlyFullBucketsAndChangesNoAnswer(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now, SweepInterval: -1})
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		s.Check(ctx, sluice.Request{Key: fmt.Sprint("k", i), Cost: 1 + int64(i%10), Rules: rules(1, 10)})
+	}
+	clock.Add(5 * time.Second) // keys that spent ≤ 5 tokens are full again
+	if got := s.Sweep(clock.Micros()); got != 50 {
+		t.Fatalf("swept %d keys, want the 50 that are full again", got)
+	}
+	for i := 0; i < 100; i++ {
+		r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("k", i), Cost: 0, Rules: rules(1, 10)})
+		want := int64(10)
+		if spent := 1 + int64(i%10); spent > 5 {
+			want = 10 - spent + 5
+		}
+		if r.Remaining != want {
+			t.Fatalf("key k%d: remaining %d after the sweep, want %d", i, r.Remaining, want)
+		}
+	}
+}
+
+func TestSweepRunsInTheBackgroundAndStopsAtClose(t *testing.T) {
+	before := runtime.NumGoroutine()
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now, SweepInterval: time.Millisecond})
+	s.Check(context.Background(), sluice.Request{Key: "k", Cost: 1, Rules: rules(1000, 1)})
+	clock.Add(time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s.Len() != 0 {
+		t.Fatal("the background sweep never dropped a full bucket")
+	}
+	s.Close()
+	s.Close() // idempotent
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestRulesChangedResetTheKey(t *testing.T) {
+	s := New(Options{SweepInterval: -1})
+	ctx := context.Background()
+	s.Check(ctx, sluice.Request{Key: "k", Cost: 5, Rules: rules(1, 5)})
+	two := []sluice.Rule{{Rate: 1, Burst: 5}, {Rate: 1, Burst: 7}}
+	r, _ := s.Check(ctx, sluice.Request{Key: "k", Cost: 1, Rules: two})
+	if !r.Allowed || r.Remaining != 4 || s.Len() != 1 {
+		t.Fatalf("after a change of rules: %+v, %d keys", r, s.Len())
+	}
+}
+
+// At the cap, a new key evicts from a sample the key that is full soonest:
+// keys that are deep in debt (the ones being limited) survive a flood of
+// new keys, and the number of keys never passes the cap.
+func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
+	clock := newFakeClock()
+	const limit = 1000
+	s := New(Options{Now: clock.Now, Shards: 1, MaxKeys: limit, SweepInterval: -1})
+	ctx := context.Background()
+	slow := rules(1.0/3600, 10) // 10 per hour
+	for i := 0; i < 10; i++ {
+		s.Check(ctx, sluice.Request{Key: fmt.Sprint("abuser", i), Cost: 10, Rules: slow})
+	}
+	for i := 0; i < 100_000; i++ {
+		r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("spoofed", i), Cost: 1, Rules: slow})
+		if !r.Allowed {
+			t.Fatalf("a new key is a full bucket, yet spoofed%d was denied", i)
+		}
+		if n := s.Len(); n > limit {
+			t.Fatalf("%d keys held, cap %d", n, limit)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		if r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("abuser", i), Cost: 1, Rules: slow}); r.Allowed {
+			t.Fatalf("abuser%d was evicted by the flood and got a full bucket back", i)
+		}
+	}
+}
+
+func TestMillionKeysAgainstACappedStoreStayBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates a million keys")
+	}
+	const limit = 100_000
+	s := New(Options{MaxKeys: limit, SweepInterval: -1})
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	key := make([]byte, 0, 32)
+	r := rules(10, 100)
+	var atCap uint64
+	for i := 0; i < 1_000_000; i++ {
+		key = fmt.Appendf(key[:0], "203.0.113.%d:%d", i%256, i)
+		s.CheckAt(sluice.Request{Key: string(key), Cost: 1, Rules: r}, 1_700_000_000_000_000)
+		if i == 2*limit {
+			atCap = heap() - base
+		}
+	}
+	n := s.Len()
+	end := heap() - base
+	t.Logf("cap %d: %d keys held after 1,000,000 distinct keys; heap %d B at 200k keys, %d B at 1M (%.0f B per held key)", limit, n, atCap, end, float64(end)/float64(n))
+	if n > limit+256 { // the cap is split over shards, rounded up
+		t.Fatalf("%d keys held, cap %d", n, limit)
+	}
+	if end > atCap+atCap/4 {
+		t.Fatalf("heap grew from %d B to %d B after the cap was reached", atCap, end)
+	}
+	runtime.KeepAlive(s)
+}
+
+func BenchmarkCheck(b *testing.B) {
+	for _, keys := range []int{1, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			s := New(Options{SweepInterval: -1})
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprintf("user-%d", i)
+			}
+			r := rules(1e9, 1e12) // never denies: measures the check itself
+			for _, k := range names {
+				s.CheckAt(sluice.Request{Key: k, Cost: 1, Rules: r}, 0)
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1) * 7919)
+				ctx := context.Background()
+				for pb.Next() {
+					i++
+					s.Check(ctx, sluice.Request{Key: names[i%keys], Cost: 1, Rules: r})
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClientOptions says how to reach Redis: a standalone server by URL, a
+// Cluster by its seed nodes, or a master through Sentinel. Credentials and
+// TLS come from the URL (redis://user:password@host:port/db, rediss:// for
+// TLS) or from the fields, which win when set.
+type ClientOptions struct {
+	// URL of a standalone server, or the source of credentials, database
+	// and TLS for ClusterAddrs and Sentinel setups.
+	URL string
+
+	// ClusterAddrs, when set, are seed nodes of a Redis Cluster.
+	ClusterAddrs []string
+
+	// SentinelMaster and SentinelAddrs, when set, find the master through
+	// Sentinel. SentinelUsername/Password authenticate to the sentinels.
+	SentinelMaster   string
+	SentinelAddrs    []string
+	SentinelUsername string
+	SentinelPassword string
+
+	// Username and Password of an ACL user (or Password alone for
+	// requirepass).
+	Username string
+	Password string
+
+	// TLS, when non-nil, is used as is. Otherwise CACertFile, CertFile and
+	// KeyFile (any of them) turn TLS on with those files.
+	TLS        *tls.Config
+	CACertFile string
+	CertFile   string
+	KeyFile    string
+
+	// Timeout bounds dialing, reads and writes; zero means 50ms.
+	Timeout time.Duration
+
+	// PoolSize per node; zero means go-redis's default (10 per CPU).
+	PoolSize int
+}
+
+// NewClient builds the go-redis client that opts describe. It does not
+// connect; call Ping to find a wrong password or certificate at start.
+func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
+	u := &redis.UniversalOptions{}
+	if opts.URL != "" {
+		parsed, err := redis.ParseURL(opts.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: redis url: %w (want redis://[user:password@]host:port[/db] or rediss://… for TLS)", err)
+		}
+		u.Addrs = []string{parsed.Addr}
+		u.Username, u.Password, u.DB, u.TLSConfig = parsed.Username, parsed.Password, parsed.DB, parsed.TLSConfig
+	}
+	if len(opts.ClusterAddrs) > 0 {
+		u.Addrs = opts.ClusterAddrs
+		u.IsClusterMode = true
+		if u.DB != 0 {
+			return nil, errors.New("redisstore: a Redis Cluster has only database 0; drop the /db from the url")
+		}
+	}
+	if opts.SentinelMaster != "" || len(opts.SentinelAddrs) > 0 {
+		if opts.SentinelMaster == "" || len(opts.SentinelAddrs) == 0 {
+			return nil, errors.New("redisstore: sentinel needs both a master name and sentinel addresses")
+		}
+		if len(opts.ClusterAddrs) > 0 {
+			return nil, errors.New("redisstore: choose Cluster or Sentinel, not both")
+		}
+		u.MasterName, u.Addrs = opts.SentinelMaster, opts.SentinelAddrs
+		u.SentinelUsername, u.SentinelPassword = opts.SentinelUsername, opts.SentinelPassword
+	}
+	if len(u.Addrs) == 0 {
+		return nil, errors.New("redisstore: no Redis address: set a url, cluster addresses or sentinel addresses")
+	}
+	if opts.Username != "" {
+		u.Username = opts.Username
+	}
+	if opts.Password != "" {
+		u.Password = opts.Password
+	}
+	if opts.TLS != nil {
+		u.TLSConfig = opts.TLS
+	} else if opts.CACertFile != "" || opts.CertFile != "" || opts.KeyFile != "" {
+		cfg, err := tlsFromFiles(opts.CACertFile, opts.CertFile, opts.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		u.TLSConfig = cfg
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 50 * time.Millisecond
+	}
+	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
+	u.PoolSize = opts.PoolSize
+	return redis.NewUniversalClient(u), nil
+}
+
+func tlsFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: tls ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redisstore: tls ca file %s: no PEM certificate in it", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("redisstore: a tls client certificate needs both cert file and key file")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: tls client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// Ping checks that client reaches Redis and is let in, with an error that
+// says which part failed: the address, TLS, or the credentials.
+func Ping(ctx context.Context, client redis.UniversalClient) error {
+	err := client.Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "NOPERM"):
+		return fmt.Errorf("redisstore: Redis refused the credentials: %s (check the user and password in the url or options)", msg)
+	}
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
+		return fmt.Errorf("redisstore: TLS certificate of Redis not trusted: %w (set the CA file)", err)
+	}
+	return fmt.Errorf("redisstore: cannot reach Redis: %w", err)
+}
