@@ -157,7 +157,10 @@ func (c *Cluster) Options() *redis.ClusterOptions {
 	}
 }
 
-// Client returns a cluster client, closed when the test ends.
+// Client returns a cluster client, closed when the test ends. It has go-redis
+// defaults: after a failover it keeps routing to the dead master until its
+// slot map is reloaded (ClusterClient.ReloadState, a MOVED reply, or
+// ClusterStateReloadInterval, one minute by default).
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(c.Options())
 	t.Cleanup(func() { cc.Close() })

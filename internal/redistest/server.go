@@ -36,6 +36,7 @@ type config struct {
 	cluster   bool
 	replicaOf string     // host:port of the master
 	certs     *certFiles // shared by the nodes of a topology
+	sentinel  *sentinelConf
 }
 
 // WithTLS serves TLS only (the plain port is disabled) with a certificate for
@@ -304,7 +305,7 @@ func (s *Server) launch(newPorts bool) error {
 			err = s.pickPorts()
 		}
 		if err == nil {
-			err = s.startOnce()
+			err = s.startOnce(newPorts)
 		}
 		if err == nil {
 			return nil
@@ -342,10 +343,15 @@ func (s *Server) pickPorts() error {
 	return nil
 }
 
-func (s *Server) startOnce() error {
+// startOnce starts the process once. The config file is written for new
+// ports only: a restarted server reads it back, including what a sentinel
+// wrote into it about the other sentinels and replicas it knows.
+func (s *Server) startOnce(writeConf bool) error {
 	confPath := filepath.Join(s.dir, "redis.conf")
-	if err := os.WriteFile(confPath, []byte(s.configFile()), 0o600); err != nil {
-		return fmt.Errorf("redistest: write %s: %w", confPath, err)
+	if writeConf {
+		if err := os.WriteFile(confPath, []byte(s.configFile()), 0o600); err != nil {
+			return fmt.Errorf("redistest: write %s: %w", confPath, err)
+		}
 	}
 	bin, err := redisServerPath()
 	if err != nil {
@@ -419,6 +425,10 @@ func (s *Server) configFile() string {
 	line("daemonize", "no")
 	line("logfile", "")
 	line("dir", s.dir)
+	if s.cfg.sentinel != nil {
+		s.writeSentinelConfig(line)
+		return b.String()
+	}
 	line("save", "")
 	line("appendonly", "no")
 	line("enable-debug-command", "yes")
@@ -426,20 +436,7 @@ func (s *Server) configFile() string {
 	// a stopping master does not wait for lagging replicas.
 	line("repl-diskless-sync-delay", "0")
 	line("shutdown-timeout", "1")
-	if s.cfg.tls {
-		line("port", "0")
-		line("tls-port", strconv.Itoa(s.port))
-		line("tls-cert-file", s.certs.path(serverCertName))
-		line("tls-key-file", s.certs.path(serverKeyName))
-		line("tls-ca-cert-file", s.certs.path(caCertName))
-		line("tls-auth-clients", s.cfg.tlsAuthClients)
-		if s.cfg.cluster || s.cfg.replicaOf != "" {
-			line("tls-cluster", "yes")
-			line("tls-replication", "yes")
-		}
-	} else {
-		line("port", strconv.Itoa(s.port))
-	}
+	s.writePortConfig(line)
 	if s.cfg.user != "" {
 		line("user", "default", "off")
 		line("user", s.cfg.user, "on", ">"+s.cfg.password, "~*", "&*", "+@all")
@@ -462,6 +459,24 @@ func (s *Server) configFile() string {
 		line("replicaof", host, port)
 	}
 	return b.String()
+}
+
+// writePortConfig writes the listening port, TLS settings included.
+func (s *Server) writePortConfig(line func(...string)) {
+	if s.cfg.tls {
+		line("port", "0")
+		line("tls-port", strconv.Itoa(s.port))
+		line("tls-cert-file", s.certs.path(serverCertName))
+		line("tls-key-file", s.certs.path(serverKeyName))
+		line("tls-ca-cert-file", s.certs.path(caCertName))
+		line("tls-auth-clients", s.cfg.tlsAuthClients)
+		// Cluster bus and replication links use TLS too; a standalone
+		// server may become a replica later, under a sentinel.
+		line("tls-cluster", "yes")
+		line("tls-replication", "yes")
+	} else {
+		line("port", strconv.Itoa(s.port))
+	}
 }
 
 // confQuote quotes a redis.conf token when it is empty or holds characters

@@ -78,7 +78,9 @@ func writeCerts(dir string) (*certFiles, error) {
 		return nil, err
 	}
 
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certName, keyName string) (tls.Certificate, error) {
+	// The server certificate is a client certificate too: a replica, a
+	// cluster node or a sentinel presents it when it connects to another.
+	leaf := func(serial int64, cn string, server bool, certName, keyName string) (tls.Certificate, error) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return tls.Certificate{}, err
@@ -89,9 +91,10 @@ func writeCerts(dir string) (*certFiles, error) {
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(24 * time.Hour),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}
-		if usage == x509.ExtKeyUsageServerAuth {
+		if server {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 			tmpl.DNSNames = []string{"localhost"}
 			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		}
@@ -111,10 +114,10 @@ func writeCerts(dir string) (*certFiles, error) {
 		}
 		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 	}
-	if _, err := leaf(2, "localhost", x509.ExtKeyUsageServerAuth, serverCertName, serverKeyName); err != nil {
+	if _, err := leaf(2, "localhost", true, serverCertName, serverKeyName); err != nil {
 		return nil, err
 	}
-	client, err := leaf(3, "redistest client", x509.ExtKeyUsageClientAuth, clientCertName, clientKeyName)
+	client, err := leaf(3, "redistest client", false, clientCertName, clientKeyName)
 	if err != nil {
 		return nil, err
 	}
