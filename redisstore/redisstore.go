@@ -61,6 +61,10 @@ type Options struct {
 	// ExpiryMargin is kept beyond the time a key's buckets are full again;
 	// zero means one second.
 	ExpiryMargin time.Duration
+
+	// Coalesce, when non-nil, sends concurrent checks to Redis together
+	// (see Coalesce). Call Close to stop its goroutine.
+	Coalesce *Coalesce
 }
 
 // Store is a sluice.Store on Redis, safe for concurrent use.
@@ -69,6 +73,7 @@ type Store struct {
 	prefix   string
 	now      func() time.Time
 	marginMs int64
+	batcher  *batcher
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -82,7 +87,20 @@ func New(client Scripter, opts Options) *Store {
 	if opts.ExpiryMargin == 0 {
 		s.marginMs = 1000
 	}
+	if opts.Coalesce != nil {
+		s.batcher = newBatcher(s, *opts.Coalesce, client)
+	}
 	return s
+}
+
+// Close stops coalescing, after the batches in flight are answered; later
+// calls return ErrClosed. It does not close the Redis client. Without
+// Coalesce it does nothing.
+func (s *Store) Close() error {
+	if s.batcher != nil {
+		s.batcher.close()
+	}
+	return nil
 }
 
 // Check decides req in one round trip.
@@ -90,7 +108,7 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, e
 	if err := sluice.ValidateRequest(req); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, "c", req.Key, req.Cost, req.MaxDelay.Microseconds(), req.Rules)
+	return s.run(ctx, op{key: req.Key, amount: req.Cost, maxDelayUs: req.MaxDelay.Microseconds(), rules: req.Rules})
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's buckets.
@@ -98,7 +116,7 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, "a", key, delta, 0, rules)
+	return s.run(ctx, op{key: key, adjust: true, amount: delta, rules: rules})
 }
 
 // Key returns the Redis key that holds the buckets of a caller key.
@@ -110,29 +128,67 @@ func (s *Store) Key(key string) string {
 	return s.prefix + "{" + key + "}"
 }
 
-func (s *Store) run(ctx context.Context, op, key string, amount, maxDelayUs int64, rules []sluice.Rule) (sluice.Result, error) {
-	args := make([]any, 0, 5+2*len(rules))
+// op is one check or adjustment on its way to the script.
+type op struct {
+	key        string
+	adjust     bool
+	amount     int64 // cost, or delta when adjusting
+	maxDelayUs int64
+	rules      []sluice.Rule
+}
+
+func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
+	if s.batcher != nil {
+		return s.batcher.do(ctx, o)
+	}
+	var res [1]sluice.Result
+	if err := s.runBatch(ctx, []op{o}, res[:]); err != nil {
+		return sluice.Result{}, err
+	}
+	return res[0], nil
+}
+
+// runBatch sends ops to Redis in one script call and writes their results
+// to res. The keys of ops must share a Cluster slot when on a Cluster.
+func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
+	keys := make([]string, len(ops))
+	n := 2
+	for _, o := range ops {
+		n += 4 + 2*len(o.rules)
+	}
+	args := make([]any, 0, n)
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	args = append(args, op, now, amount, maxDelayUs, s.marginMs)
-	for _, r := range rules {
-		// 'g', -1: the shortest text that reads back as the same float64,
-		// so the script computes with exactly the rate Go does.
-		args = append(args, strconv.FormatFloat(r.Rate, 'g', -1, 64), r.Burst)
+	args = append(args, now, s.marginMs)
+	for i, o := range ops {
+		keys[i] = s.Key(o.key)
+		kind := 0
+		if o.adjust {
+			kind = 1
+		}
+		args = append(args, kind, o.amount, o.maxDelayUs, len(o.rules))
+		for _, r := range o.rules {
+			// 'g', -1: the shortest text that reads back as the same
+			// float64, so the script computes with exactly Go's rate.
+			args = append(args, strconv.FormatFloat(r.Rate, 'g', -1, 64), r.Burst)
+		}
 	}
-	v, err := tokenBucket.Run(ctx, s.client, []string{s.Key(key)}, args...).Int64Slice()
+	v, err := tokenBucket.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return sluice.Result{}, fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("redisstore: %w", err)
 	}
-	return parseReply(v)
+	if len(v) != 7*len(ops) {
+		return fmt.Errorf("redisstore: script returned %d values for %d checks, want %d", len(v), len(ops), 7*len(ops))
+	}
+	for i := range ops {
+		res[i] = parseReply(v[7*i : 7*i+7])
+	}
+	return nil
 }
 
-func parseReply(v []int64) (sluice.Result, error) {
-	if len(v) != 7 {
-		return sluice.Result{}, fmt.Errorf("redisstore: script returned %d values, want 7", len(v))
-	}
+func parseReply(v []int64) sluice.Result {
 	return sluice.Result{
 		Allowed:    v[0] == 1,
 		Rule:       int(v[1]),
@@ -141,5 +197,5 @@ func parseReply(v []int64) (sluice.Result, error) {
 		RetryAfter: time.Duration(v[4]) * time.Microsecond,
 		ResetAfter: time.Duration(v[5]) * time.Microsecond,
 		Delay:      time.Duration(v[6]) * time.Microsecond,
-	}, nil
+	}
 }

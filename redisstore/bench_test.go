@@ -1,0 +1,68 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// BenchmarkCheck measures checks through 32 concurrent callers on 10,000
+// keys and reports the Redis server's CPU per check from INFO commandstats.
+func BenchmarkCheck(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	defer client.Close()
+	b.Run("plain", func(b *testing.B) {
+		benchCheck(b, srv, redisstore.New(client, redisstore.Options{}))
+	})
+	b.Run("coalesced", func(b *testing.B) {
+		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		defer rs.Close()
+		benchCheck(b, srv, rs)
+	})
+}
+
+func benchCheck(b *testing.B, srv *redistest.Server, rs *redisstore.Store) {
+	rules := []sluice.Rule{{Rate: 1e6, Burst: 1e9}}
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	const callers = 32
+	srv.ResetStats(b)
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := rs.Check(ctx, sluice.Request{Key: keys[i%int64(len(keys))], Cost: 1, Rules: rules}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	var usec, calls float64
+	for name, st := range srv.CommandStats(b) {
+		if name == "evalsha" || name == "eval" {
+			usec += float64(st.Usec)
+			calls += float64(st.Calls)
+		}
+	}
+	if calls > 0 {
+		b.ReportMetric(usec/float64(b.N), "server-µs/check")
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
