@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/advise"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/demo"
+	"github.com/sluicehq/sluice/internal/gateway"
+	"github.com/sluicehq/sluice/simulate"
+)
+
+const usage = `sluice: rate limiting and throttling for HTTP services.
+
+Usage:
+  sluice <command> [flags]
+
+Commands:
+  serve --config FILE   run the gateway: a reverse proxy to the configured
+                        upstream that enforces the policies, the decision
+                        API POST /v1/check, and an admin listener with
+                        /metrics, /healthz and /readyz. SIGHUP reloads the
+                        file; SIGTERM or SIGINT shut down gracefully.
+  check-config FILE     validate a configuration file; exit status 2 and
+                        every problem (file:line: field: what is wrong) when
+                        it is invalid.
+  demo                  try sluice: start a demo upstream and the gateway in
+                        front of it, with small limits, and print what to curl.
+  demo-upstream         run the demo upstream alone.
+  advise                derive limits from access logs.
+  simulate              compare rate limiting algorithms on traffic scenarios.
+  help [COMMAND]        show this help, or a command's.
+
+Run 'sluice <command> --help' for a command's flags.
+`
+
+// run is the whole program, for tests: it returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		return run([]string{rest[0], "--help"}, stdin, stdout, stderr)
+	case "serve":
+		return serve(rest, stdout, stderr)
+	case "check-config":
+		return checkConfig(rest, stdout, stderr)
+	case "demo":
+		return runDemo(rest, stdout, stderr)
+	case "demo-upstream":
+		return demoUpstream(rest, stdout, stderr)
+	case "advise":
+		return advise.Command(rest, stdin, stdout, stderr)
+	case "simulate":
+		return simulate.Command(rest, stdin, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
+
+// newFlags returns a flag set whose --help prints doc and the flags to
+// stdout.
+func newFlags(name, doc string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprint(stdout, doc)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args and returns the exit status to stop with, or -1 to go on.
+func parse(fs *flag.FlagSet, args []string) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	return -1
+}
+
+type logFlags struct {
+	level, format *string
+}
+
+func addLogFlags(fs *flag.FlagSet) logFlags {
+	return logFlags{
+		level:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		format: fs.String("log-format", "text", "log format: text or json"),
+	}
+}
+
+func (lf logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*lf.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *lf.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch *lf.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", *lf.format)
+}
+
+const serveDoc = `Usage: sluice serve --config FILE [flags]
+
+Run the gateway described by FILE (see examples/sluice.yaml): a reverse
+proxy to its upstream that enforces its policies and answers 429 with
+RateLimit headers, the decision API POST /v1/check on the same listener,
+and /metrics, /healthz and /readyz on the admin listener. Without an
+upstream only the decision API is served; without a store section the
+buckets live in memory.
+
+SIGHUP reads FILE again and switches to it; an invalid file is logged and
+the running configuration kept. SIGTERM and SIGINT stop accepting and let
+requests in flight finish.
+
+Exit status: 0 after a clean shutdown, 2 when FILE is invalid, 1 otherwise.
+
+Flags:
+`
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", serveDoc, stdout, stderr)
+	path := fs.String("config", "", "configuration file (required)")
+	grace := fs.Duration("shutdown-grace", 15*time.Second, "how long requests in flight may finish at shutdown")
+	lf := addLogFlags(fs)
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if *path == "" && fs.NArg() == 1 {
+		*path = fs.Arg(0)
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "sluice serve: --config FILE is required (try examples/sluice.yaml, or 'sluice demo')")
+		return 2
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	g, err := gateway.New(cfg, *path, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if err := g.Listen(); err != nil {
+		g.Close()
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = g.Reload() // logged; the running configuration stays
+			}
+		}
+	}()
+	if err := g.Serve(ctx, *grace); err != nil {
+		log.Error("sluice: serve", "err", err)
+		return 1
+	}
+	return 0
+}
+
+const checkDoc = `Usage: sluice check-config FILE
+
+Validate FILE as sluice serve would read it, key files included. Prints
+"FILE: ok" and exits 0 when it is valid; otherwise prints every problem as
+FILE:LINE: FIELD: what is wrong and what would be valid, and exits 2.
+`
+
+func checkConfig(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check-config", checkDoc, stdout, stderr)
+	path := fs.String("config", "", "configuration file (or give it as the argument)")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	if *path == "" && fs.NArg() == 1 {
+		*path = fs.Arg(0)
+	}
+	if *path == "" || fs.NArg() > 1 {
+		fmt.Fprint(stderr, checkDoc)
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if _, err := cfg.LimiterOptions(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(cfg.Policies), cfg.Store.Type)
+	return 0
+}
+
+const demoUpstreamDoc = `Usage: sluice demo-upstream [--listen ADDR]
+
+Serve the demo upstream: GET /products/{id}, POST /payments/{id},
+POST /ai/complete (reports its cost in X-Sluice-Cost) and GET /search.
+
+Flags:
+`
+
+func demoUpstream(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo-upstream", demoUpstreamDoc, stdout, stderr)
+	listen := fs.String("listen", "127.0.0.1:3000", "address to serve on")
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo-upstream:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "demo upstream on http://%s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serveUntil(ctx, ln, demo.Handler()); err != nil {
+		fmt.Fprintln(stderr, "sluice demo-upstream:", err)
+		return 1
+	}
+	return 0
+}
+
+func serveUntil(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+const demoDoc = `Usage: sluice demo [flags]
+
+Start the demo upstream and the gateway in front of it with a small
+built-in configuration (products: burst 5, 1/s per client IP), and print
+what to curl to watch 200s turn into 429s. Ctrl-C stops both.
+
+Flags:
+`
+
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", demoDoc, stdout, stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "gateway traffic address")
+	admin := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics)")
+	upstream := fs.String("upstream-listen", "127.0.0.1:3000", "demo upstream address")
+	lf := addLogFlags(fs)
+	if code := parse(fs, args); code >= 0 {
+		return code
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 2
+	}
+	upLn, err := net.Listen("tcp", *upstream)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo: upstream:", err, "(pick another with --upstream-listen)")
+		return 1
+	}
+	cfg, err := config.Parse("demo.yaml (built in)", ".", demo.Config)
+	if err != nil {
+		upLn.Close()
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	cfg.Listen, cfg.AdminListen, cfg.Upstream = *listen, *admin, "http://"+upLn.Addr().String()
+	g, err := gateway.New(cfg, "", log)
+	if err != nil {
+		upLn.Close()
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := g.Listen(); err != nil {
+		upLn.Close()
+		g.Close()
+		fmt.Fprintln(stderr, "sluice demo:", err, "(pick others with --listen and --admin-listen)")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() { _ = serveUntil(ctx, upLn, demo.Handler()) }()
+	traffic, adminAddr := g.Addrs()
+	fmt.Fprint(stdout, demoBanner(traffic.String(), adminAddr.String(), upLn.Addr().String()))
+	if err := g.Serve(ctx, 5*time.Second); err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
+	return 0
+}
+
+func demoBanner(traffic, admin, upstream string) string {
+	r := strings.NewReplacer("GW", traffic, "ADMIN", admin, "UP", upstream)
+	return r.Replace(`
+sluice demo: gateway http://GW  ->  demo upstream http://UP
+             admin   http://ADMIN/metrics
+
+Products allow a burst of 5, then 1 per second per client. Watch the 200s
+turn into 429s:
+
+  for i in $(seq 1 10); do curl -s -o /dev/null -w '%{http_code}\n' http://GW/products/42; done
+
+See the headers of one response, and the body of a 429:
+
+  curl -i http://GW/products/42
+
+Payments are tighter (burst 2, 2 a minute); searches are paced, not rejected:
+
+  for i in $(seq 1 3); do curl -s -o /dev/null -w '%{http_code}\n' -X POST http://GW/payments/7; done
+  for i in $(seq 1 5); do curl -s -o /dev/null -w '%{http_code} after %{time_total}s\n' 'http://GW/search?q=x'; done
+
+Ask the decision API, as a service in any language would:
+
+  curl -s -X POST http://GW/v1/check -d '{"policy":"products","key":"user-1024","cost":1}'
+
+Decisions in the metrics:
+
+  curl -s http://ADMIN/metrics | grep sluice_decisions_total
+
+Ctrl-C stops the demo.
+`)
+}

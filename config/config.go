@@ -1,0 +1,213 @@
+// Package config reads the YAML file that configures the sluice gateway
+// (SPEC §4): listeners, upstream, store, trusted proxies, identity and
+// policies.
+//
+// Load reads and validates a file once. Every problem is reported with the
+// file, the line and the path of the field, and says what would be valid:
+//
+//	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unit "x" is not s, m, h, d …
+//
+// Unknown fields are errors (a typo never silently turns a limit off), and
+// so are rates that do not parse, a burst below 1, a cost above a burst,
+// match patterns that net/http's ServeMux would refuse or that conflict,
+// duplicate policy names, key files that cannot be read, bad CIDRs,
+// negative durations and unknown enum values. Every field has a default,
+// so an empty file is a valid configuration: an in-memory store, the decision
+// API only, and no policies.
+//
+// Beside the fields of SPEC §4 the file may set: ipv6_prefix (how many
+// leading bits of an IPv6 client address key it, default 64); per policy
+// on_error (overrides store.on_error), cost_header (a response header in
+// which the upstream reports the real cost, charged after the fact) and
+// algorithm (only token_bucket for now); identity.jwt issuer and audience;
+// store.max_keys (the bound of the in-memory store, default a million keys).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is one gateway configuration. Load fills it from a file and
+// validates it; its zero value (after Defaults) is a valid configuration.
+type Config struct {
+	Listen         string   `yaml:"listen"`       // traffic listener; default 127.0.0.1:8080
+	AdminListen    string   `yaml:"admin_listen"` // /metrics /healthz /readyz; default 127.0.0.1:9090
+	Upstream       string   `yaml:"upstream"`     // reverse proxy target; empty: decision API only
+	Store          Store    `yaml:"store"`
+	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs (or single addresses)
+	Headers        string   `yaml:"headers"`         // legacy | draft | both | none; default both
+	IPv6Prefix     int      `yaml:"ipv6_prefix"`     // bits that key an IPv6 client; default 64
+	Identity       Identity `yaml:"identity"`
+	Policies       []Policy `yaml:"policies"`
+
+	// File is the path the configuration was read from, for messages.
+	File string `yaml:"-"`
+
+	keys keyMaterial
+}
+
+// Store says where the buckets live and what happens when that fails.
+type Store struct {
+	Type      string `yaml:"type"` // memory | redis; default memory
+	Redis     Redis  `yaml:"redis"`
+	OnError   string `yaml:"on_error"`  // open | closed | local; default open
+	Instances int    `yaml:"instances"` // expected gateways, for on_error: local; default 1
+	MaxKeys   int    `yaml:"max_keys"`  // cap of the in-memory store (and the local fallback); default 1000000
+}
+
+// Redis reaches a standalone server, a Cluster or a Sentinel setup.
+type Redis struct {
+	URL          string        `yaml:"url"`
+	ClusterAddrs []string      `yaml:"cluster_addrs"`
+	Sentinel     Sentinel      `yaml:"sentinel"`
+	Timeout      time.Duration `yaml:"timeout"` // default 50ms
+}
+
+// Sentinel names the master and the sentinels that know it.
+type Sentinel struct {
+	Master string   `yaml:"master"`
+	Addrs  []string `yaml:"addrs"`
+}
+
+// Identity says how authenticated callers are recognised. A credential
+// that does not verify is ignored: its caller gets the anonymous limit.
+type Identity struct {
+	APIKeyHeader string `yaml:"api_key_header"` // default X-API-Key
+	APIKeysFile  string `yaml:"api_keys_file"`  // lines of "SHA256HEX [identity]"
+	JWT          JWT    `yaml:"jwt"`
+}
+
+// JWT verifies bearer tokens; the subject (sub) is the identity.
+type JWT struct {
+	Header          string `yaml:"header"`            // default Authorization ("Bearer " is optional)
+	HS256SecretFile string `yaml:"hs256_secret_file"` // shared secret for HS256
+	PublicKeyFile   string `yaml:"public_key_file"`   // PEM RSA, ECDSA or Ed25519 public key
+	Issuer          string `yaml:"issuer"`            // when set, iss must equal it
+	Audience        string `yaml:"audience"`          // when set, aud must contain it
+}
+
+// Policy limits the requests that its match pattern selects.
+type Policy struct {
+	Name          string        `yaml:"name"`
+	Match         string        `yaml:"match"` // net/http ServeMux pattern, e.g. "POST /payments/"
+	Cost          *int64        `yaml:"cost"`  // tokens per request; default 1
+	CostHeader    string        `yaml:"cost_header"`
+	Anonymous     []Rule        `yaml:"anonymous"`
+	Authenticated []Rule        `yaml:"authenticated"`
+	MaxDelay      time.Duration `yaml:"max_delay"`
+	Mode          string        `yaml:"mode"`     // enforce | shadow; default enforce
+	OnError       string        `yaml:"on_error"` // default: store.on_error
+	Algorithm     string        `yaml:"algorithm"`
+	Overrides     []Override    `yaml:"overrides"`
+}
+
+// Rule is one token bucket as written: a rate such as 10/s and a burst.
+type Rule struct {
+	Rate  string `yaml:"rate"`
+	Burst int64  `yaml:"burst"`
+}
+
+// Override gives one authenticated identity rules of its own.
+type Override struct {
+	Identity      string `yaml:"identity"`
+	Authenticated []Rule `yaml:"authenticated"`
+}
+
+// Load reads, defaults and validates the file at path. Relative key file
+// paths are read relative to the file's directory. The error, when the
+// file is invalid, is an Errors listing every problem.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, filepath.Dir(path), data)
+}
+
+// Parse is Load for data already in memory: name is used in messages and
+// dir is where relative key file paths are read from.
+func Parse(name, dir string, data []byte) (*Config, error) {
+	c := &Config{File: name}
+	d := &decoder{file: name, errs: new(Errors), lines: make(map[string]int)}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, Errors{{File: name, Msg: te.Error()}}
+		}
+		return nil, Errors{{File: name, Line: yamlErrorLine(err), Msg: "not valid YAML: " + err.Error()}}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Errors{{File: name, Line: extra.Line, Msg: "a second YAML document; keep one configuration per file"}}
+	}
+	if root.Kind != 0 {
+		d.decode(&root, reflect.ValueOf(c).Elem(), "")
+	}
+	if len(*d.errs) > 0 {
+		return nil, d.errs.sorted()
+	}
+	c.Defaults()
+	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs}
+	v.validate()
+	if len(*d.errs) > 0 {
+		return nil, d.errs.sorted()
+	}
+	return c, nil
+}
+
+// Defaults fills every unset field with its default.
+func (c *Config) Defaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, "127.0.0.1:8080")
+	def(&c.AdminListen, "127.0.0.1:9090")
+	def(&c.Store.Type, "memory")
+	def(&c.Store.OnError, "open")
+	def(&c.Headers, "both")
+	def(&c.Identity.APIKeyHeader, "X-API-Key")
+	def(&c.Identity.JWT.Header, "Authorization")
+	if c.Store.MaxKeys == 0 {
+		c.Store.MaxKeys = 1_000_000
+	}
+	if c.Store.Instances == 0 {
+		c.Store.Instances = 1
+	}
+	if c.Store.Redis.Timeout == 0 {
+		c.Store.Redis.Timeout = 50 * time.Millisecond
+	}
+	if c.IPv6Prefix == 0 {
+		c.IPv6Prefix = 64
+	}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		if p.Cost == nil {
+			one := int64(1)
+			p.Cost = &one
+		}
+		def(&p.Mode, "enforce")
+		def(&p.OnError, c.Store.OnError)
+		def(&p.Algorithm, "token_bucket")
+	}
+}
+
+func yamlErrorLine(err error) int {
+	var line int
+	if _, e := fmt.Sscanf(err.Error(), "yaml: line %d:", &line); e == nil {
+		return line
+	}
+	return 0
+}

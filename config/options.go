@@ -1,0 +1,68 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// LimiterOptions translates c into the options of an httplimit.Limiter:
+// everything but the Store, Metrics, Logger and Fallback, which the caller
+// supplies. c must come from Load or Parse.
+func (c *Config) LimiterOptions() (httplimit.Options, error) {
+	opts := httplimit.Options{
+		TrustedProxies: c.keys.proxies,
+		IPv6Prefix:     c.IPv6Prefix,
+	}
+	switch c.Headers {
+	case "legacy":
+		opts.Headers = httplimit.HeadersLegacy
+	case "draft":
+		opts.Headers = httplimit.HeadersDraft
+	case "none":
+		opts.Headers = httplimit.HeadersNone
+	}
+	if c.keys.apiKeys != nil {
+		opts.Authenticators = append(opts.Authenticators, httplimit.APIKeys(c.Identity.APIKeyHeader, c.keys.apiKeys))
+	}
+	if c.keys.jwtSecret != nil || c.keys.jwtPublic != nil {
+		a, err := httplimit.JWT(httplimit.JWTOptions{
+			Header:    c.Identity.JWT.Header,
+			Secret:    c.keys.jwtSecret,
+			PublicKey: c.keys.jwtPublic,
+			Issuer:    c.Identity.JWT.Issuer,
+			Audience:  c.Identity.JWT.Audience,
+		})
+		if err != nil {
+			return opts, fmt.Errorf("%s: identity.jwt: %w", c.File, err)
+		}
+		opts.Authenticators = append(opts.Authenticators, a)
+	}
+	for i, p := range c.Policies {
+		at := fmt.Sprintf("policies[%d]", i)
+		hp := httplimit.Policy{
+			Name:          p.Name,
+			Pattern:       p.Match,
+			Cost:          *p.Cost,
+			CostHeader:    p.CostHeader,
+			Anonymous:     c.keys.rules[at+".anonymous"],
+			Authenticated: c.keys.rules[at+".authenticated"],
+			MaxDelay:      p.MaxDelay,
+			Shadow:        p.Mode == "shadow",
+		}
+		switch p.OnError {
+		case "closed":
+			hp.OnError = httplimit.FailClosed
+		case "local":
+			hp.Local = true
+		}
+		for j, o := range p.Overrides {
+			hp.Overrides = append(hp.Overrides, httplimit.Override{
+				Identity: o.Identity,
+				Rules:    c.keys.rules[fmt.Sprintf("%s.overrides[%d].authenticated", at, j)],
+			})
+		}
+		opts.Policies = append(opts.Policies, hp)
+	}
+	return opts, nil
+}

@@ -1,0 +1,528 @@
+// Package httplimit is sluice's net/http middleware: it picks the policy of
+// a request, keys the caller, checks the store, sets the RateLimit headers
+// and answers 429, or holds the request until its tokens are there.
+//
+// A Policy selects requests by a net/http ServeMux pattern ("POST
+// /payments/", "GET /products/{id}"); when several match, the most specific
+// wins, exactly as the ServeMux would route it, and a request that no
+// pattern matches passes unlimited. The caller is anonymous, keyed by its
+// client IP (see ClientIP for how proxies are trusted), or authenticated,
+// keyed by an identity that an Authenticator verified or that the
+// application put in the request context with WithIdentity. A credential
+// that does not verify is ignored, so it never buys more than the anonymous
+// limit. Keys are the SHA-256 of policy, class and identity, so no two
+// policies share a bucket and no caller-chosen string reaches the store.
+//
+// Every response of an enforced policy carries the headers of SPEC §4
+// (RateLimit-Limit/Remaining/Reset and the draft's RateLimit-Policy and
+// RateLimit, or a subset); a denied request gets 429 with Retry-After,
+// Cache-Control: no-store and a JSON body, or the quota-exceeded problem
+// type when the client accepts application/problem+json. A shadow policy
+// decides and counts but never rejects and sets no headers.
+//
+// With Policy.MaxDelay the request is paced rather than rejected (SPEC §3):
+// the store reserves its tokens and the middleware waits before calling the
+// next handler; a client that goes away while waiting gets its tokens back.
+// With Policy.CostHeader the next handler may report the real cost of the
+// request in a response header, which is removed and charged after the fact.
+//
+// When the store fails, Options.Fallback may decide instead (a local
+// bucket, say); otherwise the policy's OnError applies: FailOpen serves the
+// request (and counts and logs it), FailClosed answers 503.
+//
+// The path of an allowed request through the middleware allocates little:
+// see BenchmarkMiddleware.
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// HeaderMode selects which rate limit headers a response carries.
+type HeaderMode int
+
+const (
+	HeadersBoth   HeaderMode = iota // legacy and draft (the default)
+	HeadersLegacy                   // RateLimit-Limit, -Remaining, -Reset
+	HeadersDraft                    // RateLimit-Policy and RateLimit (draft 10)
+	HeadersNone                     // none, but Retry-After on 429
+)
+
+// OnError says what a policy does with a request when its store fails and
+// no Fallback decided it.
+type OnError int
+
+const (
+	FailOpen   OnError = iota // serve the request unlimited (the default)
+	FailClosed                // answer 503
+)
+
+// Policy limits the requests that Pattern selects.
+type Policy struct {
+	// Name identifies the policy in headers, metrics, logs and keys.
+	Name string
+
+	// Pattern is a net/http ServeMux pattern: [METHOD ][HOST]/PATH.
+	Pattern string
+
+	// Cost is the number of tokens one request takes (0 only inspects,
+	// useful with CostHeader).
+	Cost int64
+
+	// CostHeader, when set, is a response header in which the next handler
+	// reports the real cost of the request; it is removed from the response
+	// and the difference to Cost is charged (or refunded).
+	CostHeader string
+
+	// Anonymous rules apply per client IP to callers without a verified
+	// identity, Authenticated rules per identity to the others. When one
+	// list is empty, that class uses the other list (still keyed by its
+	// own key: IP or identity).
+	Anonymous     []sluice.Rule
+	Authenticated []sluice.Rule
+
+	// Overrides give single identities rules of their own.
+	Overrides []Override
+
+	// MaxDelay > 0 paces instead of rejecting: a request whose tokens will
+	// be there within MaxDelay waits for them.
+	MaxDelay time.Duration
+
+	// Shadow decides and counts but never rejects, and sets no headers.
+	Shadow bool
+
+	// OnError applies when the store fails and no Fallback decided.
+	OnError OnError
+
+	// Local marks the policy for Options.Fallback (on_error: local).
+	Local bool
+}
+
+// Override gives one authenticated identity its own rules.
+type Override struct {
+	Identity string
+	Rules    []sluice.Rule
+}
+
+// Fallback decides a request whose store check failed with err, for
+// example against a local bucket or after a circuit breaker opened. It
+// returns the result to act on, or ok false to let the policy's OnError
+// apply. It is called only for policies with Local set.
+type Fallback func(ctx context.Context, policy string, req sluice.Request, err error) (res sluice.Result, ok bool)
+
+// Options configures a Limiter. Store is required; the rest has defaults.
+type Options struct {
+	Store    sluice.Store
+	Policies []Policy
+
+	// TrustedProxies are the peers whose X-Forwarded-For or Forwarded
+	// header is believed. Empty: the connection's address is the client.
+	TrustedProxies []netip.Prefix
+
+	// IPv6Prefix is how many leading bits of an IPv6 address key a client;
+	// zero means 64.
+	IPv6Prefix int
+
+	Headers HeaderMode
+
+	// Authenticators are tried in order after the request context (see
+	// WithIdentity); the first that verifies a credential names the caller.
+	Authenticators []Authenticator
+
+	Fallback Fallback
+
+	// Metrics, when non-nil, counts decisions and times the store.
+	Metrics *Metrics
+
+	// Logger receives store errors and shadow denials, at most a few a
+	// second; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
+// Limiter does not have.
+var ErrUnknownPolicy = errors.New("httplimit: unknown policy")
+
+// Limiter holds the compiled policies. It is safe for concurrent use.
+type Limiter struct {
+	store     sluice.Store
+	mux       *http.ServeMux
+	byName    map[string]*policy
+	proxies   []netip.Prefix
+	ipv6Bits  int
+	headers   HeaderMode
+	auth      []Authenticator
+	fallback  Fallback
+	metrics   *Metrics
+	log       *slog.Logger
+	errLog    logLimiter
+	shadowLog logLimiter
+}
+
+// policy is a Policy compiled for the hot path.
+type policy struct {
+	Policy
+	anon, authed ruleSet
+	overrides    map[string]*ruleSet
+	counters     *policyCounters
+}
+
+// ruleSet is the rules one class of caller is checked against, with the
+// header values that depend only on the rules, rendered once.
+type ruleSet struct {
+	rules  []sluice.Rule
+	class  byte // a anonymous, u authenticated, o override
+	limit  []string
+	policy []string // RateLimit-Policy value per rule
+}
+
+// New compiles opts into a Limiter, or says what is wrong with them.
+func New(opts Options) (*Limiter, error) {
+	if opts.Store == nil {
+		return nil, errors.New("httplimit: Options.Store is nil")
+	}
+	l := &Limiter{
+		store:    opts.Store,
+		mux:      http.NewServeMux(),
+		byName:   make(map[string]*policy, len(opts.Policies)),
+		proxies:  opts.TrustedProxies,
+		ipv6Bits: opts.IPv6Prefix,
+		headers:  opts.Headers,
+		auth:     opts.Authenticators,
+		fallback: opts.Fallback,
+		metrics:  opts.Metrics,
+		log:      opts.Logger,
+	}
+	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
+		l.ipv6Bits = 64
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	for i := range opts.Policies {
+		p, err := compile(opts.Policies[i])
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := l.byName[p.Name]; dup {
+			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
+		}
+		if err := register(l.mux, p); err != nil {
+			return nil, err
+		}
+		p.counters = l.metrics.forPolicy(p.Name)
+		l.byName[p.Name] = p
+	}
+	return l, nil
+}
+
+func register(mux *http.ServeMux, p *policy) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("httplimit: policy %q: %v", p.Name, r)
+		}
+	}()
+	mux.Handle(p.Pattern, p)
+	return nil
+}
+
+// ServeHTTP makes a policy a handler so that the ServeMux can pick it;
+// it is never called to serve.
+func (p *policy) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+func compile(in Policy) (*policy, error) {
+	if in.Name == "" {
+		return nil, errors.New("httplimit: a policy has no name")
+	}
+	if len(in.Anonymous) == 0 && len(in.Authenticated) == 0 {
+		return nil, fmt.Errorf("httplimit: policy %q has no rules", in.Name)
+	}
+	if in.Cost < 0 || in.MaxDelay < 0 {
+		return nil, fmt.Errorf("httplimit: policy %q: cost and max delay must not be negative", in.Name)
+	}
+	p := &policy{Policy: in, overrides: make(map[string]*ruleSet, len(in.Overrides))}
+	anon, authed := in.Anonymous, in.Authenticated
+	if len(anon) == 0 {
+		anon = authed
+	}
+	if len(authed) == 0 {
+		authed = anon
+	}
+	var err error
+	if p.anon, err = newRuleSet(in.Name, 'a', anon, in.Cost); err != nil {
+		return nil, err
+	}
+	if p.authed, err = newRuleSet(in.Name, 'u', authed, in.Cost); err != nil {
+		return nil, err
+	}
+	for _, o := range in.Overrides {
+		rs, err := newRuleSet(in.Name, 'o', o.Rules, in.Cost)
+		if err != nil {
+			return nil, fmt.Errorf("%w (override for %q)", err, o.Identity)
+		}
+		p.overrides[o.Identity] = &rs
+	}
+	return p, nil
+}
+
+func newRuleSet(name string, class byte, rules []sluice.Rule, cost int64) (ruleSet, error) {
+	probe := sluice.Request{Key: "probe", Cost: cost, Rules: rules}
+	if err := sluice.ValidateRequest(probe); err != nil {
+		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", name, err)
+	}
+	rs := ruleSet{rules: rules, class: class}
+	for _, r := range rules {
+		rs.limit = append(rs.limit, fmt.Sprint(r.Burst))
+		rs.policy = append(rs.policy, fmt.Sprintf("%s;q=%d;w=%d", quote(name), r.Burst, ceilSeconds(r.RefillTime())))
+	}
+	return rs, nil
+}
+
+// rulesFor returns the rules and key class of a caller.
+func (p *policy) rulesFor(id string, authenticated bool) *ruleSet {
+	if !authenticated {
+		return &p.anon
+	}
+	if o, ok := p.overrides[id]; ok {
+		return o
+	}
+	return &p.authed
+}
+
+// Handler returns next wrapped by the limiter.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+// Middleware is New for routers that take a func(http.Handler) http.Handler.
+func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
+	l, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.Handler, nil
+}
+
+// Policy returns the policy that r falls under, or false when r passes
+// unlimited.
+func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
+	if p := l.match(r); p != nil {
+		return p.Name, true
+	}
+	return "", false
+}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	p := l.match(r)
+	if p == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	var kb keyBuf
+	id, authenticated := l.identify(r)
+	var rs *ruleSet
+	if authenticated {
+		rs = p.rulesFor(id, true)
+		kb.build(p.Name, rs.class, id)
+	} else {
+		rs = &p.anon
+		kb.buildAddr(p.Name, rs.class, l.clientAddr(r))
+	}
+	req := sluice.Request{Key: kb.String(), Cost: p.Cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
+	ctx := r.Context()
+	res, err := l.check(ctx, p, req)
+	if err != nil {
+		if !l.storeFailed(w, p, err) {
+			return
+		}
+		p.counters.inc(outcomeFailedOpen)
+		next.ServeHTTP(w, r)
+		return
+	}
+	if !res.Allowed {
+		if p.Shadow {
+			p.counters.inc(outcomeShadowDenied)
+			if l.shadowLog.allow() {
+				l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		p.counters.inc(outcomeDenied)
+		l.setHeaders(w.Header(), p, rs, res)
+		deny(w, r, p.Name, res.RetryAfter)
+		return
+	}
+	if res.Delay > 0 {
+		if !wait(ctx, res.Delay) {
+			// The client went away while held: give its tokens back.
+			p.counters.inc(outcomeCancelled)
+			l.adjust(context.WithoutCancel(ctx), p, req.Key, -req.Cost, req.Rules)
+			return
+		}
+		p.counters.inc(outcomeDelayed)
+	} else {
+		p.counters.inc(outcomeAllowed)
+	}
+	if !p.Shadow {
+		l.setHeaders(w.Header(), p, rs, res)
+	}
+	if p.CostHeader == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	cw := &costWriter{ResponseWriter: w, l: l, p: p, rs: rs, key: req.Key, ctx: context.WithoutCancel(ctx)}
+	next.ServeHTTP(cw, r)
+	cw.finish()
+}
+
+// match returns the policy of r, or nil. A path that the ServeMux would
+// first redirect (not clean, or a subtree root without its slash) is
+// matched as the path it redirects to, so that /payments//x cannot slip
+// past the policy of /payments/.
+func (l *Limiter) match(r *http.Request) *policy {
+	h, pattern := l.mux.Handler(r)
+	if p, ok := h.(*policy); ok {
+		return p
+	}
+	if pattern == "" {
+		return nil // no pattern matches (or only with another method)
+	}
+	return l.matchRedirect(r)
+}
+
+func (l *Limiter) matchRedirect(r *http.Request) *policy {
+	path := r.URL.Path
+	clean := cleanPath(path)
+	for _, try := range [...]string{clean, clean + "/"} {
+		if try == path || try == "//" {
+			continue
+		}
+		u := *r.URL
+		u.Path, u.RawPath = try, ""
+		r2 := *r
+		r2.URL = &u
+		if h, _ := l.mux.Handler(&r2); h != nil {
+			if p, ok := h.(*policy); ok {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// check asks the store, timing it.
+func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
+	start := time.Now()
+	res, err := l.store.Check(ctx, req)
+	l.metrics.observe(opCheck, time.Since(start), err)
+	if err != nil && p.Local && l.fallback != nil && !isInputError(err) {
+		if fres, ok := l.fallback(ctx, p.Name, req, err); ok {
+			l.logStoreError(p, err, "local")
+			return fres, nil
+		}
+	}
+	return res, err
+}
+
+func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+	start := time.Now()
+	res, err := l.store.Adjust(ctx, key, delta, rules)
+	l.metrics.observe(opAdjust, time.Since(start), err)
+	if err != nil {
+		l.logStoreError(p, err, "adjust skipped")
+	}
+	return res, err
+}
+
+func isInputError(err error) bool {
+	return errors.Is(err, sluice.ErrInvalid) || errors.Is(err, sluice.ErrCostExceedsBurst)
+}
+
+// storeFailed handles a failed check and reports whether to serve anyway.
+func (l *Limiter) storeFailed(w http.ResponseWriter, p *policy, err error) bool {
+	if p.OnError == FailClosed {
+		l.logStoreError(p, err, "closed")
+		p.counters.inc(outcomeFailedClosed)
+		writeJSONError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the rate limiter cannot decide right now; retry shortly", 1)
+		return false
+	}
+	l.logStoreError(p, err, "open")
+	return true
+}
+
+func (l *Limiter) logStoreError(p *policy, err error, action string) {
+	if l.errLog.allow() {
+		l.log.Warn("sluice: store failed", "policy", p.Name, "on_error", action, "err", err, "suppressed", l.errLog.suppressed())
+	}
+}
+
+// wait sleeps d, and reports false if ctx ended first.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Check decides cost tokens for key under the named policy, as the gateway's
+// decision API does for services that do not sit behind it. The key is an
+// authenticated identity (overrides apply) and shares its buckets with
+// requests of that identity through the middleware. A policy with MaxDelay
+// reserves, and Result.Delay says how long the caller should wait.
+func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64) (sluice.Result, error) {
+	p, ok := l.byName[policyName]
+	if !ok {
+		return sluice.Result{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+	}
+	if key == "" {
+		return sluice.Result{}, fmt.Errorf("%w: empty key", sluice.ErrInvalid)
+	}
+	rs := p.rulesFor(key, true)
+	var kb keyBuf
+	kb.build(p.Name, rs.class, key)
+	req := sluice.Request{Key: kb.String(), Cost: cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
+	res, err := l.check(ctx, p, req)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case !res.Allowed:
+		p.counters.inc(outcomeDenied)
+	case res.Delay > 0:
+		p.counters.inc(outcomeDelayed)
+	default:
+		p.counters.inc(outcomeAllowed)
+	}
+	return res, nil
+}
+
+// FailsClosed reports whether the named policy answers 503 when its store
+// fails (on_error: closed).
+func (l *Limiter) FailsClosed(policyName string) bool {
+	p, ok := l.byName[policyName]
+	return ok && p.OnError == FailClosed
+}
+
+// Policies returns the names of the limiter's policies.
+func (l *Limiter) Policies() []string {
+	names := make([]string, 0, len(l.byName))
+	for n := range l.byName {
+		names = append(names, n)
+	}
+	return names
+}

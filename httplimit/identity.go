@@ -1,0 +1,235 @@
+package httplimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"net/http"
+	"net/netip"
+	"path"
+	"strings"
+)
+
+// Authenticator verifies the credential a request carries and returns the
+// caller's identity, or ok false when there is none or it does not verify.
+// It must not trust anything it cannot check.
+type Authenticator func(r *http.Request) (identity string, ok bool)
+
+type identityKey struct{}
+
+// WithIdentity returns a context in which the caller is the authenticated
+// identity id. Put it on the request in your own authentication middleware,
+// in front of the limiter, once you have verified the caller.
+func WithIdentity(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityFrom returns the identity WithIdentity put in ctx.
+func IdentityFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(identityKey{}).(string)
+	return id, ok && id != ""
+}
+
+// identify returns the caller's verified identity, if any.
+func (l *Limiter) identify(r *http.Request) (string, bool) {
+	if id, ok := IdentityFrom(r.Context()); ok {
+		return id, true
+	}
+	for _, a := range l.auth {
+		if id, ok := a(r); ok && id != "" {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// APIKeys returns an Authenticator that reads a key from header and looks
+// its SHA-256 up in keys, which maps digests to identities. Only digests are
+// kept, so the list of keys is no secret.
+func APIKeys(header string, keys map[[32]byte]string) Authenticator {
+	header = http.CanonicalHeaderKey(header)
+	return func(r *http.Request) (string, bool) {
+		v := r.Header[header]
+		if len(v) != 1 || v[0] == "" {
+			return "", false
+		}
+		sum := sha256.Sum256([]byte(v[0]))
+		id, ok := keys[sum]
+		return id, ok
+	}
+}
+
+// clientAddr is ClientIP grouped by the limiter's IPv6 prefix.
+func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
+	a := ClientIP(r, l.proxies)
+	if a.Is6() && l.ipv6Bits < 128 {
+		if p, err := a.Prefix(l.ipv6Bits); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
+
+// ClientIP returns the address of the client that sent r. It is the
+// connection's address unless that is in trusted; then it is the rightmost
+// address in X-Forwarded-For (or, when there is none, in Forwarded) that is
+// not in trusted: the last hop that a trusted proxy saw. Anything to the
+// left of it was written by the client and is never believed. When every
+// hop is trusted, the leftmost is the client; when the hop to believe is
+// not an address ("unknown", a garbled entry), the nearest trusted hop is
+// used. IPv4-mapped IPv6 addresses are unmapped; zones are dropped. An
+// unparseable RemoteAddr gives the zero Addr.
+func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	peer := parseHost(r.RemoteAddr)
+	if !peer.IsValid() || !inAny(peer, trusted) {
+		return peer
+	}
+	if v := r.Header["X-Forwarded-For"]; len(v) > 0 {
+		return walkHops(peer, trusted, v, nextXFF)
+	}
+	if v := r.Header["Forwarded"]; len(v) > 0 {
+		return walkHops(peer, trusted, v, nextForwarded)
+	}
+	return peer
+}
+
+// walkHops walks the hops of the header values from the right.
+func walkHops(peer netip.Addr, trusted []netip.Prefix, values []string, next func(string) (string, string)) netip.Addr {
+	last := peer
+	for i := len(values) - 1; i >= 0; i-- {
+		rest := values[i]
+		for rest != "" {
+			var hop string
+			rest, hop = next(rest)
+			hop = strings.TrimSpace(hop)
+			if hop == "" && rest == "" {
+				break
+			}
+			a := parseHost(hop)
+			if !a.IsValid() {
+				return last
+			}
+			if !inAny(a, trusted) {
+				return a
+			}
+			last = a
+		}
+	}
+	return last
+}
+
+// nextXFF splits the rightmost entry off a X-Forwarded-For value.
+func nextXFF(v string) (rest, hop string) {
+	i := strings.LastIndexByte(v, ',')
+	if i < 0 {
+		return "", v
+	}
+	return v[:i], v[i+1:]
+}
+
+// nextForwarded splits the rightmost element off a Forwarded value
+// (RFC 7239) and returns its for= parameter, unquoted.
+func nextForwarded(v string) (rest, hop string) {
+	elem := v
+	if i := lastUnquoted(v, ','); i >= 0 {
+		rest, elem = v[:i], v[i+1:]
+	}
+	for elem != "" {
+		var pair string
+		pair, elem, _ = strings.Cut(elem, ";")
+		k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(k, "for") {
+			return rest, strings.Trim(strings.TrimSpace(val), `"`)
+		}
+	}
+	return rest, "-" // an element without for= is no address
+}
+
+func lastUnquoted(s string, c byte) int {
+	quoted := false
+	at := -1
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case c:
+			if !quoted {
+				at = i
+			}
+		}
+	}
+	return at
+}
+
+// parseHost reads an address with or without a port: 192.0.2.1,
+// 192.0.2.1:80, 2001:db8::1, [2001:db8::1]:80, [2001:db8::1].
+func parseHost(s string) netip.Addr {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone("")
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap().WithZone("")
+		}
+	}
+	return netip.Addr{}
+}
+
+func inAny(a netip.Addr, prefixes []netip.Prefix) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyLen is the length of a store key: 16 bytes of SHA-256, base64url.
+const keyLen = 22
+
+// keyBuf builds the store key of (policy, class, identity) without
+// allocating until the final string.
+type keyBuf struct {
+	scratch [128]byte
+	out     [keyLen]byte
+}
+
+func (k *keyBuf) build(policy string, class byte, id string) {
+	b := append(k.scratch[:0], policy...)
+	b = append(b, 0, class, 0)
+	b = append(b, id...)
+	k.sum(b)
+}
+
+func (k *keyBuf) buildAddr(policy string, class byte, a netip.Addr) {
+	b := append(k.scratch[:0], policy...)
+	b = append(b, 0, class, 0)
+	b = a.AppendTo(b)
+	k.sum(b)
+}
+
+func (k *keyBuf) sum(b []byte) {
+	s := sha256.Sum256(b)
+	base64.RawURLEncoding.Encode(k.out[:], s[:16])
+}
+
+func (k *keyBuf) String() string { return string(k.out[:]) }
+
+// cleanPath is the path the ServeMux would redirect p to: rooted, without
+// . or .. elements or double slashes, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}

@@ -1,0 +1,105 @@
+package httplimit
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus collectors of one or more Limiters (a gateway
+// that reloads its configuration keeps one Metrics across Limiters):
+//
+//	sluice_decisions_total{policy, outcome}  outcome: allowed, denied,
+//	    shadow_denied, delayed, cancelled (left while held), failed_open,
+//	    failed_closed
+//	sluice_store_duration_seconds{op}        op: check, adjust
+//	sluice_store_errors_total{op}
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	latency   [numOps]prometheus.Observer
+	errors    [numOps]prometheus.Counter
+}
+
+type outcome int
+
+const (
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	outcomeShadowDenied
+	outcomeDelayed
+	outcomeCancelled
+	outcomeFailedOpen
+	outcomeFailedClosed
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "delayed", "cancelled", "failed_open", "failed_closed"}
+
+type op int
+
+const (
+	opCheck op = iota
+	opAdjust
+	numOps
+)
+
+var opNames = [numOps]string{"check", "adjust"}
+
+// NewMetrics creates the collectors and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Rate limit decisions by policy and outcome.",
+		}, []string{"policy", "outcome"}),
+	}
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_store_duration_seconds",
+		Help:    "Time the store took to answer, by operation.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+	}, []string{"op"})
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_store_errors_total",
+		Help: "Store calls that failed, by operation.",
+	}, []string{"op"})
+	for _, c := range []prometheus.Collector{m.decisions, latency, errs} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for i := range numOps {
+		m.latency[i] = latency.WithLabelValues(opNames[i])
+		m.errors[i] = errs.WithLabelValues(opNames[i])
+	}
+	return m, nil
+}
+
+// policyCounters are one policy's decision counters, looked up once.
+type policyCounters [numOutcomes]prometheus.Counter
+
+func (m *Metrics) forPolicy(name string) *policyCounters {
+	if m == nil {
+		return nil
+	}
+	var pc policyCounters
+	for i := range numOutcomes {
+		pc[i] = m.decisions.WithLabelValues(name, outcomeNames[i])
+	}
+	return &pc
+}
+
+func (pc *policyCounters) inc(o outcome) {
+	if pc != nil {
+		pc[o].Inc()
+	}
+}
+
+func (m *Metrics) observe(o op, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.latency[o].Observe(d.Seconds())
+	if err != nil {
+		m.errors[o].Inc()
+	}
+}

@@ -1,0 +1,423 @@
+// Package gateway is `sluice serve`: the reverse proxy that applies a
+// configuration's policies in front of an upstream, the decision API
+// (POST /v1/check) for services that do not sit behind it, and the admin
+// listener (/metrics, /healthz, /readyz).
+//
+// The configuration is swapped atomically on Reload; a request in flight
+// finishes under the configuration it started with. The store is built
+// once: its buckets survive reloads, and a change of the store section, or
+// of a listener address, needs a restart (Reload says so in the log).
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// NewRedisStore builds the shared store of a `store.type: redis`
+// configuration; it returns the store and the function that closes it.
+// It is set by the build that links the Redis store; nil means that the
+// Redis store is not available in this binary.
+var NewRedisStore func(r config.Redis) (sluice.Store, func() error, error)
+
+// Gateway is one running `sluice serve`.
+type Gateway struct {
+	path    string
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *httplimit.Metrics
+	reloads *prometheus.CounterVec
+
+	store      sluice.Store
+	local      *memstore.Store // the in-memory store, or the local fallback
+	closeStore func() error
+
+	state atomic.Pointer[state]
+	mu    sync.Mutex // serialises Reload
+
+	traffic, admin     *http.Server
+	trafficLn, adminLn net.Listener
+}
+
+// state is what a configuration compiles to.
+type state struct {
+	cfg     *config.Config
+	limiter *httplimit.Limiter
+	handler http.Handler // limiter in front of the proxy (or of 404)
+}
+
+// New builds a gateway for cfg, read from path (the file Reload reads
+// again). It opens no listener yet.
+func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	g := &Gateway{path: path, log: log, reg: prometheus.NewRegistry()}
+	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_config_reloads_total",
+		Help: "Configuration reloads by result (ok, invalid).",
+	}, []string{"result"})
+	g.reg.MustRegister(g.reloads)
+	m, err := httplimit.NewMetrics(g.reg)
+	if err != nil {
+		return nil, err
+	}
+	g.metrics = m
+	if err := g.openStore(cfg); err != nil {
+		return nil, err
+	}
+	st, err := g.compile(cfg)
+	if err != nil {
+		_ = g.closeStore()
+		return nil, err
+	}
+	g.state.Store(st)
+	return g, nil
+}
+
+func (g *Gateway) openStore(cfg *config.Config) error {
+	g.local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+	g.store, g.closeStore = g.local, g.local.Close
+	if cfg.Store.Type != "redis" {
+		return nil
+	}
+	if NewRedisStore == nil {
+		g.local.Close()
+		return fmt.Errorf("%s: store.type: redis: the Redis store is not available in this build yet; use store.type: memory", cfg.File)
+	}
+	s, closeFn, err := NewRedisStore(cfg.Store.Redis)
+	if err != nil {
+		g.local.Close()
+		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
+	}
+	local := g.local
+	g.store = s
+	g.closeStore = func() error { local.Close(); return closeFn() }
+	return nil
+}
+
+func (g *Gateway) compile(cfg *config.Config) (*state, error) {
+	opts, err := cfg.LimiterOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Store = g.store
+	opts.Metrics = g.metrics
+	opts.Logger = g.log
+	if g.store != sluice.Store(g.local) {
+		opts.Fallback = httplimit.LocalFallback(g.local, cfg.Store.Instances)
+	}
+	lim, err := httplimit.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	var next http.Handler = http.HandlerFunc(noUpstream)
+	if cfg.Upstream != "" {
+		u, err := url.Parse(cfg.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("%s: upstream: %w", cfg.File, err)
+		}
+		next = g.proxy(u, lim, opts)
+	}
+	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next)}, nil
+}
+
+// upstreamTransport is shared by every configuration, so a reload keeps the
+// pool of connections to the upstream.
+var upstreamTransport = &http.Transport{
+	Proxy:                 nil,
+	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	ForceAttemptHTTP2:     true,
+	MaxIdleConns:          1024,
+	MaxIdleConnsPerHost:   512,
+	IdleConnTimeout:       90 * time.Second,
+	TLSHandshakeTimeout:   5 * time.Second,
+	ExpectContinueTimeout: time.Second,
+}
+
+func (g *Gateway) proxy(u *url.URL, _ *httplimit.Limiter, opts httplimit.Options) http.Handler {
+	trusted := opts.TrustedProxies
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+			// Pass on the chain of a trusted proxy; a client's own
+			// X-Forwarded-For is dropped.
+			if peer, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
+				for _, p := range trusted {
+					if p.Contains(peer.Addr().Unmap()) {
+						pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+						break
+					}
+				}
+			}
+			pr.SetXForwarded()
+		},
+		Transport: upstreamTransport,
+		ErrorLog:  slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) {
+				w.WriteHeader(499) // the client went away; nobody reads this
+				return
+			}
+			g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusBadGateway, "bad_gateway", "the upstream did not answer")
+		},
+	}
+}
+
+func noUpstream(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, "not_found", "no upstream is configured; this gateway serves only POST /v1/check")
+}
+
+// ServeHTTP serves the traffic listener: the decision API and, for every
+// other path, the policies in front of the upstream.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := g.state.Load()
+	if r.URL.Path == "/v1/check" {
+		g.serveCheck(w, r, st)
+		return
+	}
+	st.handler.ServeHTTP(w, r)
+}
+
+// Admin returns the handler of the admin listener.
+func (g *Gateway) Admin() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", g.serveReady)
+	return mux
+}
+
+// serveReady is ready when the store answers, or when it does not but the
+// failure policy lets requests through (on_error open or local).
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	st := g.state.Load()
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	_, err := g.store.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 0, Rules: readyRule})
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case err == nil:
+		fmt.Fprintln(w, "ready")
+	case st.cfg.Store.OnError != "closed":
+		fmt.Fprintf(w, "ready: store failing (%v), serving with on_error: %s\n", err, st.cfg.Store.OnError)
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: store failing (%v) and on_error is closed\n", err)
+	}
+}
+
+var readyRule = []sluice.Rule{{Rate: 1, Burst: 1}}
+
+// Config returns the running configuration.
+func (g *Gateway) Config() *config.Config { return g.state.Load().cfg }
+
+// Reload reads the configuration file again and switches to it. When the
+// new file is invalid the running configuration stays, the error is logged
+// and returned.
+func (g *Gateway) Reload() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.state.Load().cfg
+	cfg, err := config.Load(g.path)
+	if err == nil {
+		var st *state
+		if st, err = g.compile(cfg); err == nil {
+			g.warnRestart(old, cfg)
+			g.state.Store(st)
+			g.reloads.WithLabelValues("ok").Inc()
+			g.log.Info("sluice: configuration reloaded", "file", g.path, "policies", len(cfg.Policies))
+			return nil
+		}
+	}
+	g.reloads.WithLabelValues("invalid").Inc()
+	g.log.Error("sluice: new configuration is invalid; keeping the running one", "file", g.path, "err", err)
+	return err
+}
+
+func (g *Gateway) warnRestart(old, cfg *config.Config) {
+	if !reflect.DeepEqual(old.Store, cfg.Store) {
+		g.log.Warn("sluice: the store section changed; it applies at the next restart", "file", g.path)
+	}
+	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen {
+		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
+	}
+}
+
+// Listen opens the traffic and admin listeners of the configuration.
+func (g *Gateway) Listen() error {
+	cfg := g.Config()
+	var err error
+	if g.trafficLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if g.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		g.trafficLn.Close()
+		return fmt.Errorf("admin_listen: %w", err)
+	}
+	return nil
+}
+
+// Addrs returns the addresses the listeners are bound to.
+func (g *Gateway) Addrs() (traffic, admin net.Addr) {
+	return g.trafficLn.Addr(), g.adminLn.Addr()
+}
+
+// Serve serves on the listeners of Listen until ctx ends, then shuts down
+// gracefully: it stops accepting, lets requests in flight finish (for up to
+// grace), and closes the store.
+func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
+	errLog := slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)
+	g.traffic = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+	g.admin = &http.Server{Handler: g.Admin(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	cfg := g.Config()
+	mode := "reverse proxy to " + cfg.Upstream
+	if cfg.Upstream == "" {
+		mode = "decision API only (no upstream)"
+	}
+	g.log.Info("sluice: serving", "listen", g.trafficLn.Addr().String(), "admin_listen", g.adminLn.Addr().String(),
+		"mode", mode, "store", cfg.Store.Type, "policies", len(cfg.Policies))
+	errc := make(chan error, 2)
+	go func() { errc <- g.traffic.Serve(g.trafficLn) }()
+	go func() { errc <- g.admin.Serve(g.adminLn) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	g.log.Info("sluice: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	e1 := g.traffic.Shutdown(sctx)
+	e2 := g.admin.Shutdown(sctx)
+	_ = g.closeStore()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return errors.Join(e1, e2)
+}
+
+// Close releases the store of a gateway that never served.
+func (g *Gateway) Close() error { return g.closeStore() }
+
+type checkRequest struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	Cost   *int64 `json:"cost"`
+}
+
+type checkResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Policy       string `json:"policy"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	DelayMs      int64  `json:"delay_ms,omitempty"`
+	StoreError   bool   `json:"store_error,omitempty"`
+}
+
+// serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
+func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body such as {\"policy\":\"payments\",\"key\":\"user-1024\",\"cost\":1}")
+		return
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	var req checkRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body is not a JSON object of policy, key and cost: "+err.Error())
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body holds more than one JSON value")
+		return
+	}
+	switch {
+	case req.Policy == "":
+		writeError(w, http.StatusBadRequest, "invalid_request", "policy is missing; want the name of a configured policy")
+		return
+	case req.Key == "":
+		writeError(w, http.StatusBadRequest, "invalid_request", "key is missing; want the caller's identity, such as user-1024")
+		return
+	case len(req.Key) > 1024:
+		writeError(w, http.StatusBadRequest, "invalid_request", "key is longer than 1024 bytes")
+		return
+	case req.Cost != nil && *req.Cost < 0:
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("cost %d: want 0 or more (0 only inspects)", *req.Cost))
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	res, err := st.limiter.Check(r.Context(), req.Policy, req.Key, cost)
+	switch {
+	case errors.Is(err, httplimit.ErrUnknownPolicy):
+		writeError(w, http.StatusNotFound, "unknown_policy", fmt.Sprintf("no policy is named %q; configured: %v", req.Policy, st.limiter.Policies()))
+		return
+	case errors.Is(err, sluice.ErrCostExceedsBurst), errors.Is(err, sluice.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	case err != nil:
+		if st.limiter.FailsClosed(req.Policy) {
+			writeError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the store cannot decide right now and the policy fails closed")
+			return
+		}
+		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true})
+		return
+	}
+	writeJSON(w, http.StatusOK, checkResponse{
+		Allowed:      res.Allowed,
+		Policy:       req.Policy,
+		Limit:        res.Limit,
+		Remaining:    res.Remaining,
+		RetryAfterMs: ceilMs(res.RetryAfter),
+		ResetAfterMs: ceilMs(res.ResetAfter),
+		DelayMs:      ceilMs(res.Delay),
+	})
+}
+
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]string{"error": code, "message": msg})
+}
