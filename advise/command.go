@@ -1,14 +1,195 @@
-// Package advise derives rate limits from access logs (SPEC §6).
+// Package advise derives rate limits from access logs (SPEC §6): it is
+// `sluice advise`.
+//
+// It reads Common and Combined Log Format and JSON lines (the format is
+// detected per line), from files, globs, gzip files or standard input, in
+// one streaming pass whose memory follows the number of keys active at
+// once, not the size of the log. Every request falls in a class: its
+// endpoint (the method and a ServeMux pattern of its path, ids grouped into
+// wildcards, or the policy of an existing configuration that matches it)
+// and whether its caller is authenticated (keyed by API key or user) or
+// anonymous (keyed by client IP, IPv6 by /64). Per class it measures the
+// distribution of per-key requests per second and per minute over the last
+// seven days of the log, and proposes rate = 2 × p99 of the per-second
+// counts and burst = 5 to 10 × rate by how bursty the class is (see
+// Proposal). A second pass replays the proposal on the real in-memory
+// store with the log's own timestamps and counts what it would reject.
+//
+// docs/advise.md is the user's guide.
 package advise
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Command runs `sluice advise` with args (the words after "advise") and
 // returns the process exit status.
 func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sluice advise: not implemented yet")
-	return 1
+	if len(args) > 0 && (args[0] == "generate" || args[0] == "loggen" || args[0] == "--generate" || args[0] == "-generate") {
+		return generateCommand(args[1:], stdout, stderr)
+	}
+	opts, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "sluice advise:", err)
+		return 2
+	}
+	opts.stdin, opts.stderr = stdin, stderr
+	rep, err := Run(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice advise:", err)
+		return 1
+	}
+	if opts.JSON {
+		err = writeJSON(stdout, rep)
+	} else {
+		err = writeTable(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice advise:", err)
+		return 1
+	}
+	return 0
+}
+
+// Options configures a run of the advisor. Command fills it from flags.
+type Options struct {
+	Inputs      []string      // files, globs, or "-" for standard input
+	Config      string        // classes from this configuration's policies
+	Window      time.Duration // the last Window of the log; 0 means all of it
+	OutConfig   string        // write the proposed policies here
+	ChartDir    string        // write one chart per class here
+	ChartFormat string        // png or svg
+	JSON        bool
+	Top         int // top rejected keys per class
+	MaxClasses  int // endpoint classes before folding into prefixes
+	MinSamples  int // classes with fewer per-second samples are flagged
+	Fields      map[fieldKind][]string
+	NoReplay    bool
+	Progress    string // auto, always or never
+
+	stdin  io.Reader
+	stderr io.Writer
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// windowFlag reads durations in Go syntax, and days: 7d, 36h, 90m, 0.
+type windowFlag struct{ d *time.Duration }
+
+func (w windowFlag) String() string {
+	if w.d == nil {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w windowFlag) Set(v string) error {
+	d, err := parseWindow(v)
+	if err == nil {
+		*w.d = d
+	}
+	return err
+}
+
+func parseWindow(v string) (time.Duration, error) {
+	if v == "0" || v == "all" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		f, err := strconv.ParseFloat(n, 64)
+		if err != nil || f < 0 {
+			return 0, fmt.Errorf("window %q: want a duration such as 7d, 36h or 0 for the whole log", v)
+		}
+		return time.Duration(f * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("window %q: want a duration such as 7d, 36h or 0 for the whole log", v)
+	}
+	return d, nil
+}
+
+const usage = `usage: sluice advise [flags] LOG...
+       sluice advise generate [flags]   (writes a synthetic log; -h for its flags)
+
+Reads access logs (Common, Combined, JSON lines; files, globs, .gz, or - for
+standard input), measures per-key request rates per endpoint and caller kind,
+proposes rate = 2 x p99 and burst = 5-10 x rate, and replays the proposal.
+
+`
+
+func parseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := Options{Window: 7 * 24 * time.Hour}
+	fs := flag.NewFlagSet("sluice advise", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	var fields multiFlag
+	fs.StringVar(&o.Config, "config", "", "take the classes from the `policies` of this sluice configuration")
+	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
+	fs.StringVar(&o.OutConfig, "out-config", "", "write the proposed policies as a sluice configuration to `FILE`")
+	fs.StringVar(&o.ChartDir, "chart", "", "write a chart of each class's distribution into `DIR`")
+	fs.StringVar(&o.ChartFormat, "chart-format", "png", "chart format: png or svg")
+	fs.BoolVar(&o.JSON, "json", false, "write the report as JSON")
+	fs.IntVar(&o.Top, "top", 5, "show the `N` keys hit hardest by the replay, per class")
+	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
+	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
+	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
+	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
+	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return o, err
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		o.Inputs = append(o.Inputs, rest[0])
+		rest = rest[1:]
+	}
+	if len(o.Inputs) == 0 {
+		fs.Usage()
+		return o, errors.New("no log given: name files, globs, or - for standard input")
+	}
+	var err error
+	if o.Fields, err = parseFieldOverrides(fields); err != nil {
+		return o, err
+	}
+	switch o.ChartFormat {
+	case "png", "svg":
+	default:
+		return o, fmt.Errorf("--chart-format %q: want png or svg", o.ChartFormat)
+	}
+	switch o.Progress {
+	case "auto", "always", "never":
+	default:
+		return o, fmt.Errorf("--progress %q: want auto, always or never", o.Progress)
+	}
+	if o.MaxClasses < 1 || o.Top < 0 {
+		return o, errors.New("--max-classes must be at least 1 and --top at least 0")
+	}
+	return o, nil
+}
+
+// openStderr is the file behind w when it is one, for the terminal check.
+func openStderr(w io.Writer) *os.File {
+	f, _ := w.(*os.File)
+	return f
 }

@@ -1,0 +1,86 @@
+package advise
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// writeCharts writes one chart per class into dir: the share of (key,
+// second) samples at each count on a log scale, with the p99 and the
+// proposed rate as vertical lines.
+func writeCharts(dir, format string, rep *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, c := range rep.Classes {
+		name := filepath.Join(dir, c.Policy+"-"+c.Caller+"."+format)
+		if err := writeChart(name, c); err != nil {
+			return fmt.Errorf("chart %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func writeChart(path string, c ClassReport) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s, %s callers: %s", c.Match, c.Caller, c.Policy)
+	p.Y.Label.Text = "share of (key, second) samples"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	limit := math.Max(c.Proposal.Rate*1.5, float64(c.PerSecond.P99)+5)
+	p.X.Label.Text = "requests per second of one key"
+	if float64(c.PerSecond.Max) > limit {
+		p.X.Label.Text += fmt.Sprintf(" (cut at %.0f; max %d)", limit, c.PerSecond.Max)
+	}
+	total := float64(c.PerSecond.Samples)
+	h := &plotter.Histogram{Width: 1, FillColor: color.RGBA{R: 80, G: 120, B: 200, A: 255}, LogY: true}
+	h.LineStyle.Width = vg.Points(0.5)
+	minShare := 1.0
+	for _, b := range c.bins {
+		if float64(b.Count) > limit {
+			break
+		}
+		share := float64(b.Freq) / total
+		minShare = math.Min(minShare, share)
+		h.Bins = append(h.Bins, plotter.HistogramBin{Min: float64(b.Count) - 0.5, Max: float64(b.Count) + 0.5, Weight: share})
+	}
+	if len(h.Bins) == 0 {
+		h.Bins = append(h.Bins, plotter.HistogramBin{Min: 0.5, Max: 1.5, Weight: 1})
+	}
+	p.Add(h)
+	p.Legend.Add("samples", h)
+	lo := minShare / 2
+	vline := func(x float64, label string, col color.Color, dashed bool) error {
+		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: 1}})
+		if err != nil {
+			return err
+		}
+		l.Color = col
+		l.Width = vg.Points(2)
+		if dashed {
+			l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(label, l)
+		return nil
+	}
+	if err := vline(float64(c.PerSecond.P99), fmt.Sprintf("p99 = %d/s", c.PerSecond.P99), color.RGBA{R: 230, G: 150, A: 255}, true); err != nil {
+		return err
+	}
+	if err := vline(c.Proposal.Rate, fmt.Sprintf("proposed rate %s, burst %d", c.Rate, c.Proposal.Burst), color.RGBA{R: 200, A: 255}, false); err != nil {
+		return err
+	}
+	p.Legend.Top = true
+	p.X.Min = 0
+	p.X.Max = limit + 1
+	p.Y.Min = lo
+	p.Y.Max = 1.5
+	return p.Save(20*vg.Centimeter, 12*vg.Centimeter, path)
+}

@@ -1,0 +1,324 @@
+package advise
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// chunkSize is how much raw log one batch carries: big enough that the
+// per-batch costs vanish, small enough that a few in flight cost little.
+const chunkSize = 1 << 20
+
+// maxLine is the longest line read; longer ones are malformed.
+const maxLine = chunkSize
+
+// source is one input: a file, or standard input ("-").
+type source struct {
+	name  string
+	size  int64 // bytes on disk, 0 when unknown
+	first int64 // timestamp of the first parseable line, for ordering
+}
+
+// span locates bytes in a batch's arena.
+type span struct{ off, n uint32 }
+
+// rec is one parsed line.
+type rec struct {
+	time   int64 // Unix µs
+	policy int32 // with --config: the policy's index, -1 for none
+	pat    span  // without --config: the endpoint pattern
+	key    span
+	auth   bool
+}
+
+// badLine is a malformed line kept as an example.
+type badLine struct {
+	File   string `json:"file"`
+	Line   int64  `json:"line"`
+	Reason string `json:"reason"`
+	Text   string `json:"text"`
+}
+
+// batch is a chunk of raw log and what its lines parsed into.
+type batch struct {
+	buf       []byte // owns the memory; data is the whole lines in it
+	data      []byte
+	file      int
+	long      int64 // lines dropped for being longer than a chunk
+	firstLine int64 // line number of the chunk's first line in its file
+	endOfFile bool  // the last batch of its file
+
+	arena     []byte
+	recs      []rec
+	lines     int64
+	malformed int64
+	bad       []badLine
+	done      chan struct{}
+}
+
+func (b *batch) bytes(s span) []byte { return b.arena[s.off : s.off+s.n] }
+
+// maxBadKept is how many malformed lines a run keeps as examples.
+const maxBadKept = 5
+
+// progress counts what the readers have done, for the progress line.
+type progress struct {
+	bytes atomic.Int64
+	lines atomic.Int64
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	p *progress
+}
+
+func (c countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.p.bytes.Add(int64(n))
+	return n, err
+}
+
+// expandInputs turns arguments (files, globs, "-") into sources, sorted
+// by the time of their first line so that rotated logs (access.log.2.gz,
+// access.log.1, access.log) are read oldest first.
+func expandInputs(args []string) ([]source, error) {
+	var out []source
+	stdin := false
+	for _, a := range args {
+		if a == "-" {
+			if stdin {
+				return nil, errors.New(`standard input ("-") given twice`)
+			}
+			stdin = true
+			out = append(out, source{name: "-"})
+			continue
+		}
+		names := []string{a}
+		if strings.ContainsAny(a, "*?[") {
+			m, err := filepath.Glob(a)
+			if err != nil {
+				return nil, fmt.Errorf("glob %q: %w", a, err)
+			}
+			if len(m) == 0 {
+				return nil, fmt.Errorf("glob %q matches no file", a)
+			}
+			names = m
+		}
+		for _, n := range names {
+			st, err := os.Stat(n)
+			if err != nil {
+				return nil, err
+			}
+			if st.IsDir() {
+				return nil, fmt.Errorf("%s is a directory: want log files", n)
+			}
+			out = append(out, source{name: n, size: st.Size()})
+		}
+	}
+	if len(out) > 1 {
+		p := newParser(nil)
+		for i := range out {
+			if out[i].name != "-" {
+				out[i].first = firstTime(out[i].name, p)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b source) int {
+			switch {
+			case a.first == b.first:
+				return 0
+			case a.first == 0:
+				return 1
+			case b.first == 0:
+				return -1
+			case a.first < b.first:
+				return -1
+			}
+			return 1
+		})
+	}
+	return out, nil
+}
+
+// firstTime is the timestamp of the first parseable line among the first
+// lines of a file, or 0.
+func firstTime(name string, p *parser) int64 {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	r, err := decompress(bufio.NewReaderSize(f, 64<<10))
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	var e entry
+	for n := 0; sc.Scan() && n < 1000; n++ {
+		if p.parse(sc.Bytes(), &e) == nil {
+			return e.time
+		}
+	}
+	return 0
+}
+
+// decompress returns r, or a gzip reader of it when it starts with the
+// gzip magic number, whatever the file is called.
+func decompress(r *bufio.Reader) (io.Reader, error) {
+	magic, err := r.Peek(2)
+	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		return gzip.NewReader(r)
+	}
+	return r, nil
+}
+
+// pipeline reads sources in order and parses their lines on all CPUs,
+// delivering batches in input order to fn. The reader, the parsers and fn
+// run concurrently; memory is bounded by the batches in flight.
+type pipeline struct {
+	sources []source
+	stdin   io.Reader
+	spool   *os.File // pass 1 copies standard input here for the replay
+	newWork func() func(b *batch)
+	prog    *progress
+}
+
+func (pl *pipeline) run(fn func(b *batch) error) error {
+	workers := max(runtime.GOMAXPROCS(0), 1)
+	inFlight := 2*workers + 2
+	free := make(chan *batch, inFlight)
+	for range inFlight {
+		free <- &batch{buf: make([]byte, 0, chunkSize), done: make(chan struct{}, 1)}
+	}
+	work := make(chan *batch, inFlight)
+	ordered := make(chan *batch, inFlight)
+	var readErr error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		parse := pl.newWork()
+		wg.Go(func() {
+			for b := range work {
+				parse(b)
+				b.done <- struct{}{}
+			}
+		})
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		readErr = pl.read(free, work, ordered, stop)
+	}()
+	var fnErr error
+	for b := range ordered {
+		<-b.done
+		if fnErr == nil {
+			fnErr = fn(b)
+			if fnErr != nil {
+				close(stop)
+			}
+		}
+		free <- b
+	}
+	wg.Wait()
+	if fnErr != nil {
+		return fnErr
+	}
+	return readErr
+}
+
+// read cuts the sources into batches of whole lines.
+func (pl *pipeline) read(free, work, ordered chan *batch, stop chan struct{}) error {
+	for i, src := range pl.sources {
+		if err := pl.readSource(i, src, free, work, ordered, stop); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *batch, stop chan struct{}) error {
+	var in io.Reader
+	if src.name == "-" {
+		in = pl.stdin
+		if pl.spool != nil {
+			in = io.TeeReader(in, pl.spool)
+		}
+	} else {
+		f, err := os.Open(src.name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	br := bufio.NewReaderSize(countingReader{in, pl.prog}, 256<<10)
+	r, err := decompress(br)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src.name, err)
+	}
+	carry := make([]byte, 0, chunkSize)
+	line := int64(1)
+	skipping := false // inside a line longer than a chunk
+	for {
+		var b *batch
+		select {
+		case b = <-free:
+		case <-stop:
+			return nil
+		}
+		b.buf = append(b.buf[:0], carry...)
+		n, err := io.ReadFull(r, b.buf[len(b.buf):chunkSize])
+		b.buf = b.buf[:len(b.buf)+n]
+		eof := err == io.EOF || err == io.ErrUnexpectedEOF
+		if err != nil && !eof {
+			free <- b
+			return fmt.Errorf("%s: %w", src.name, err)
+		}
+		b.file, b.endOfFile, b.long = idx, eof, 0
+		data := b.buf
+		carry = carry[:0]
+		if skipping {
+			if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
+				data, skipping = data[nl+1:], false
+				line++
+			} else {
+				data = data[:0]
+			}
+		}
+		b.firstLine = line
+		if !eof {
+			switch cut := bytes.LastIndexByte(data, '\n'); {
+			case cut >= 0:
+				carry = append(carry, data[cut+1:]...)
+				data = data[:cut+1]
+			case len(data) == len(b.buf):
+				// one line fills the whole chunk: malformed, skipped to its end
+				b.long, skipping = 1, true
+				data = data[:0]
+			default:
+				carry = append(carry, data...)
+				data = data[:0]
+			}
+		}
+		b.data = data
+		line += int64(bytes.Count(data, []byte{'\n'}))
+		work <- b
+		ordered <- b
+		if eof {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package advise
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// What is measured, precisely. A sample is one (key, second) in which the
+// key sent at least one request of its class, and its value is the number
+// of those requests: seconds in which a key is silent are not samples (a
+// rate limit is about what active callers do, and counting silence would
+// put every percentile at zero). The same for (key, minute). Seconds and
+// minutes are whole UTC seconds and minutes of the log's timestamps.
+//
+// Per key and class the advisor holds a ring of the last ringSeconds
+// seconds' counts, so lines that arrive slightly out of order (servers log
+// at the end of a request) still land in their own second; a line older
+// than the ring is counted in the oldest second still open. When a second
+// leaves the ring its count goes into the class's histogram, and into the
+// key's count of the current minute. A key silent for a whole minute is
+// dropped, so memory follows the keys active at once, not the log's size.
+//
+// Histograms map a count to its frequency exactly (counts are small
+// integers), one per class and UTC hour, so that the window (the last
+// --window of the log, rounded out to whole hours) can be cut once the end
+// of the log is known; hours that can no longer be in it are dropped as the
+// log advances.
+
+// ringSeconds is how far out of order a line may come and still be counted
+// in its own second.
+const ringSeconds = 8
+
+// keyState is the open counts of one key in one class.
+type keyState struct {
+	top    int64 // newest second seen
+	minute int64 // minute being summed, -1 for none
+	mcount uint32
+	slots  [ringSeconds]uint32 // count of second s in slots[s%ringSeconds]
+	class  int32
+}
+
+// hist is an exact histogram of counts: dense for small counts, a map for
+// the rare large ones.
+type hist struct {
+	small [64]uint64
+	big   map[uint32]uint64
+}
+
+func (h *hist) add(count uint32, freq uint64) {
+	if count < uint32(len(h.small)) {
+		h.small[count] += freq
+		return
+	}
+	if h.big == nil {
+		h.big = make(map[uint32]uint64)
+	}
+	h.big[count] += freq
+}
+
+func (h *hist) merge(o *hist) {
+	for c, f := range o.small {
+		h.small[c] += f
+	}
+	for c, f := range o.big {
+		h.add(c, f)
+	}
+}
+
+// bin is one count and how many samples had it.
+type bin struct {
+	Count uint32 `json:"count"`
+	Freq  uint64 `json:"samples"`
+}
+
+// bins returns the histogram's non-empty bins by increasing count.
+func (h *hist) bins() []bin {
+	var out []bin
+	for c, f := range h.small {
+		if f > 0 {
+			out = append(out, bin{uint32(c), f})
+		}
+	}
+	start := len(out)
+	for c, f := range h.big {
+		out = append(out, bin{c, f})
+	}
+	slices.SortFunc(out[start:], func(a, b bin) int { return int(a.Count) - int(b.Count) })
+	return out
+}
+
+// hourHist holds one class's samples of one hour.
+type hourHist struct {
+	sec, min hist
+}
+
+// classAcc accumulates one class: an endpoint and a kind of caller.
+type classAcc struct {
+	hours    map[int64]*hourHist
+	lastHour int64
+	last     *hourHist
+}
+
+func (c *classAcc) hour(h int64) *hourHist {
+	if c.last != nil && c.lastHour == h {
+		return c.last
+	}
+	hh := c.hours[h]
+	if hh == nil {
+		hh = new(hourHist)
+		c.hours[h] = hh
+	}
+	c.lastHour, c.last = h, hh
+	return hh
+}
+
+// classes assigns class numbers: endpoint*2 + 1 for authenticated callers.
+type classes struct {
+	patterns  map[string]int32 // endpoint pattern → endpoint (no --config)
+	endpoints []string         // endpoint patterns, or policy names
+	matches   []string         // the ServeMux pattern of each endpoint
+	max       int              // endpoints before folding (no --config)
+	frozen    bool             // pass 2: no new endpoints
+}
+
+// endpoint returns the endpoint of pattern p, registering it in pass 1;
+// past max endpoints, new patterns fold into coarser prefix patterns.
+func (cs *classes) endpoint(p []byte) int32 {
+	if id, ok := cs.patterns[string(p)]; ok {
+		return id
+	}
+	if !cs.frozen && len(cs.endpoints) < cs.max {
+		return cs.add(string(p))
+	}
+	for depth := 1; depth <= 2; depth++ {
+		f := foldPattern(string(p), depth)
+		if id, ok := cs.patterns[f]; ok {
+			return id
+		}
+		if !cs.frozen && (depth == 2 || len(cs.endpoints) < 2*cs.max) {
+			return cs.add(f)
+		}
+	}
+	return -1
+}
+
+func (cs *classes) add(p string) int32 {
+	id := int32(len(cs.endpoints))
+	cs.patterns[p] = id
+	cs.endpoints = append(cs.endpoints, p)
+	cs.matches = append(cs.matches, p)
+	return id
+}
+
+// measurer is pass 1: it turns records into per-class histograms.
+type measurer struct {
+	cls       *classes
+	window    int64 // seconds; 0 means the whole log
+	maxSec    int64 // newest second of the log so far
+	clock     int64 // newest second of the current file: drives eviction
+	lastSweep int64 // minute of the last sweep
+	keys      map[string]int32
+	states    []keyState
+	free      []int32
+	acc       []*classAcc
+	keybuf    []byte
+	unmatched int64
+	requests  int64
+}
+
+func newMeasurer(cls *classes, window int64) *measurer {
+	return &measurer{cls: cls, window: window, keys: make(map[string]int32), maxSec: -1 << 62}
+}
+
+// classOf returns the class of r, or -1 when it has none.
+func classOf(cls *classes, b *batch, r *rec) int32 {
+	ep := r.policy
+	if cls.patterns != nil {
+		ep = cls.endpoint(b.bytes(r.pat))
+	}
+	if ep < 0 {
+		return -1
+	}
+	if r.auth {
+		return ep*2 + 1
+	}
+	return ep * 2
+}
+
+// appendStateKey appends the key of a (class, caller) state.
+func appendStateKey(dst []byte, class int32, key []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(class))
+	return append(dst, key...)
+}
+
+func (m *measurer) batch(b *batch) {
+	for i := range b.recs {
+		r := &b.recs[i]
+		class := classOf(m.cls, b, r)
+		if class < 0 {
+			m.unmatched++
+			continue
+		}
+		m.requests++
+		sec := r.time / 1e6
+		if sec > m.maxSec {
+			m.maxSec = sec
+		}
+		if sec > m.clock {
+			m.clock = sec
+			if sec/60 > m.lastSweep {
+				m.lastSweep = sec / 60
+				m.sweep(false)
+			}
+		}
+		m.keybuf = appendStateKey(m.keybuf[:0], class, b.bytes(r.key))
+		idx, ok := m.keys[string(m.keybuf)]
+		if !ok {
+			idx = m.newState(class, sec)
+			m.keys[string(m.keybuf)] = idx
+		}
+		m.count(&m.states[idx], sec)
+	}
+	if b.endOfFile {
+		m.sweep(true)
+		m.clock, m.lastSweep = 0, 0
+	}
+}
+
+func (m *measurer) newState(class int32, sec int64) int32 {
+	for int(class) >= len(m.acc) {
+		m.acc = append(m.acc, &classAcc{hours: make(map[int64]*hourHist)})
+	}
+	st := keyState{top: sec, minute: -1, class: class}
+	if n := len(m.free); n > 0 {
+		idx := m.free[n-1]
+		m.free = m.free[:n-1]
+		m.states[idx] = st
+		return idx
+	}
+	m.states = append(m.states, st)
+	return int32(len(m.states) - 1)
+}
+
+// count adds one request of second sec to st.
+func (m *measurer) count(st *keyState, sec int64) {
+	switch {
+	case sec > st.top:
+		lo, hi := st.top-ringSeconds+1, min(st.top, sec-ringSeconds)
+		for s := lo; s <= hi; s++ {
+			if c := st.slots[s%ringSeconds]; c > 0 {
+				m.closeSecond(st, s, c)
+				st.slots[s%ringSeconds] = 0
+			}
+		}
+		st.top = sec
+	case sec <= st.top-ringSeconds:
+		sec = st.top - ringSeconds + 1 // too late for its own second
+	}
+	st.slots[sec%ringSeconds]++
+}
+
+// closeSecond records the count of a finished second of st.
+func (m *measurer) closeSecond(st *keyState, s int64, c uint32) {
+	acc := m.acc[st.class]
+	acc.hour(m.hourOf(s)).sec.add(c, 1)
+	if min := s / 60; min != st.minute {
+		m.closeMinute(st)
+		st.minute = min
+	}
+	st.mcount += c
+}
+
+func (m *measurer) closeMinute(st *keyState) {
+	if st.mcount > 0 {
+		m.acc[st.class].hour(m.hourOf(st.minute*60)).min.add(st.mcount, 1)
+	}
+	st.mcount = 0
+}
+
+func (m *measurer) hourOf(s int64) int64 {
+	if m.window <= 0 {
+		return 0
+	}
+	return s / 3600
+}
+
+// close flushes every open count of st.
+func (m *measurer) close(st *keyState) {
+	for s := st.top - ringSeconds + 1; s <= st.top; s++ {
+		if c := st.slots[s%ringSeconds]; c > 0 {
+			m.closeSecond(st, s, c)
+			st.slots[s%ringSeconds] = 0
+		}
+	}
+	m.closeMinute(st)
+}
+
+// sweep drops the keys whose last minute is over (all of them when all is
+// set, at the end of a file) and the hours that can no longer be in the
+// window.
+func (m *measurer) sweep(all bool) {
+	for k, idx := range m.keys {
+		st := &m.states[idx]
+		if all || (st.top/60+1)*60+ringSeconds <= m.clock {
+			m.close(st)
+			delete(m.keys, k)
+			m.free = append(m.free, idx)
+		}
+	}
+	if len(m.keys) == 0 {
+		m.states, m.free = m.states[:0], m.free[:0]
+	}
+	if m.window > 0 {
+		first := m.windowStart() / 3600
+		for _, acc := range m.acc {
+			for h := range acc.hours {
+				if h < first {
+					delete(acc.hours, h)
+					if acc.lastHour == h {
+						acc.last = nil
+					}
+				}
+			}
+		}
+	}
+}
+
+// windowStart is the first second of the window: the end of the log less
+// the window, rounded down to a whole hour (0 for the whole log).
+func (m *measurer) windowStart() int64 {
+	if m.window <= 0 || m.maxSec < 0 {
+		return 0
+	}
+	s := m.maxSec - m.window
+	return s - ((s%3600)+3600)%3600
+}
+
+// result merges the hours of the window into one histogram per class.
+func (m *measurer) result() (sec, min []hist) {
+	m.sweep(true)
+	first := m.windowStart() / 3600
+	sec, min = make([]hist, len(m.acc)), make([]hist, len(m.acc))
+	for c, acc := range m.acc {
+		for h, hh := range acc.hours {
+			if m.window <= 0 || h >= first {
+				sec[c].merge(&hh.sec)
+				min[c].merge(&hh.min)
+			}
+		}
+	}
+	return sec, min
+}

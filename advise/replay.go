@@ -1,0 +1,98 @@
+package advise
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// replayer is pass 2: it runs the proposed rules over the same log, with
+// the log's own timestamps, on the real in-memory store.
+type replayer struct {
+	cls      *classes
+	start    int64           // window start, Unix seconds
+	rules    [][]sluice.Rule // by class; nil: not limited
+	store    *memstore.Store
+	keybuf   []byte
+	lastSw   int64
+	requests []int64
+	rejected []int64
+	byKey    []map[string]int64 // rejected requests per key, by class
+}
+
+func newReplayer(cls *classes, start int64, rules [][]sluice.Rule) *replayer {
+	return &replayer{
+		cls:      cls,
+		start:    start,
+		rules:    rules,
+		store:    memstore.New(memstore.Options{SweepInterval: -1}),
+		requests: make([]int64, len(rules)),
+		rejected: make([]int64, len(rules)),
+		byKey:    make([]map[string]int64, len(rules)),
+	}
+}
+
+func (rp *replayer) batch(b *batch) {
+	for i := range b.recs {
+		r := &b.recs[i]
+		if r.time/1e6 < rp.start {
+			continue
+		}
+		class := classOf(rp.cls, b, r)
+		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil {
+			continue
+		}
+		if m := r.time / 60e6; m > rp.lastSw {
+			// a bucket full again is the same as no bucket: drop them
+			rp.store.Sweep(r.time)
+			rp.lastSw = m
+		}
+		rp.requests[class]++
+		rp.keybuf = appendStateKey(rp.keybuf[:0], class, b.bytes(r.key))
+		// memstore copies a key it keeps, so a view of keybuf is enough.
+		key := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))
+		res := rp.store.CheckAt(sluice.Request{Key: key, Cost: 1, Rules: rp.rules[class]}, r.time)
+		if !res.Allowed {
+			rp.rejected[class]++
+			if rp.byKey[class] == nil {
+				rp.byKey[class] = make(map[string]int64)
+			}
+			rp.byKey[class][string(b.bytes(r.key))]++
+		}
+	}
+}
+
+// KeyCount is a caller and how many of its requests were rejected.
+type KeyCount struct {
+	Key      string `json:"key"`
+	Rejected int64  `json:"rejected"`
+}
+
+// top returns the n keys of class with the most rejections, ties by key.
+func (rp *replayer) top(class, n int) []KeyCount {
+	var out []KeyCount
+	for k, c := range rp.byKey[class] {
+		out = append(out, KeyCount{k, c})
+	}
+	slices.SortFunc(out, func(a, b KeyCount) int {
+		if a.Rejected != b.Rejected {
+			if a.Rejected > b.Rejected {
+				return -1
+			}
+			return 1
+		}
+		if a.Key < b.Key {
+			return -1
+		}
+		if a.Key > b.Key {
+			return 1
+		}
+		return 0
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

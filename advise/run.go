@@ -1,0 +1,415 @@
+package advise
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"golang.org/x/term"
+)
+
+// Report is the outcome of a run, as --json writes it.
+type Report struct {
+	Inputs            []string      `json:"inputs"`
+	Bytes             int64         `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
+	Lines             int64         `json:"lines"`
+	Malformed         int64         `json:"malformed"`
+	MalformedExamples []badLine     `json:"malformed_examples,omitempty"`
+	Unmatched         int64         `json:"unmatched,omitempty"` // with --config: requests no policy matches
+	Window            string        `json:"window"`
+	WindowStart       time.Time     `json:"window_start"`
+	WindowEnd         time.Time     `json:"window_end"`
+	Classes           []ClassReport `json:"classes"`
+	Notes             []string      `json:"notes,omitempty"`
+	MeasureSeconds    float64       `json:"measure_seconds"`
+	MBPerSecond       float64       `json:"mb_per_second"` // of the first pass
+	ReplaySeconds     float64       `json:"replay_seconds,omitempty"`
+}
+
+// ClassReport is the measurement, proposal and replay of one class.
+type ClassReport struct {
+	Policy    string       `json:"policy"`
+	Match     string       `json:"match"`
+	Caller    string       `json:"caller"` // anonymous or authenticated
+	PerSecond Dist         `json:"per_second"`
+	PerMinute Dist         `json:"per_minute"`
+	Proposal  Proposal     `json:"proposal"`
+	Rate      string       `json:"rate"` // the proposed rate as the configuration writes it
+	LowData   bool         `json:"low_data,omitempty"`
+	InConfig  bool         `json:"in_config"`
+	Replay    *ReplayStats `json:"replay,omitempty"`
+
+	class int32
+	bins  []bin // per-second histogram, for the chart
+}
+
+// ReplayStats is what the proposal would have done to the class.
+type ReplayStats struct {
+	Requests     int64      `json:"requests"`
+	Rejected     int64      `json:"rejected"`
+	RejectedKeys int        `json:"rejected_keys"`
+	Top          []KeyCount `json:"top,omitempty"`
+}
+
+// Run reads the logs of o, proposes limits and replays them, and writes
+// the configuration and charts o asks for.
+func Run(o Options) (*Report, error) {
+	if o.stderr == nil {
+		o.stderr = io.Discard
+	}
+	if o.stdin == nil {
+		o.stdin = os.Stdin
+	}
+	srcs, err := expandInputs(o.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Window: "all"}
+	if o.Window > 0 {
+		rep.Window = o.Window.String()
+	}
+	names := make([]string, len(srcs))
+	var total int64
+	for i, s := range srcs {
+		names[i] = s.name
+		total += s.size
+	}
+	rep.Inputs = names
+
+	cls := &classes{max: o.MaxClasses}
+	var matcher *policyMatcher
+	var policies []configPolicy
+	if o.Config != "" {
+		if policies, err = readPolicies(o.Config); err != nil {
+			return nil, err
+		}
+		if matcher, err = newPolicyMatcher(policies); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Config, err)
+		}
+		for _, p := range policies {
+			cls.endpoints = append(cls.endpoints, p.Name)
+			cls.matches = append(cls.matches, p.Match)
+		}
+	} else {
+		cls.patterns = make(map[string]int32)
+	}
+	newWork := func() func(*batch) {
+		w := &lineWorker{p: newParser(o.Fields), names: names}
+		if matcher != nil {
+			w.m, _ = newPolicyMatcher(policies)
+		}
+		return w.do
+	}
+
+	var spool *os.File
+	if slices.Contains(names, "-") && !o.NoReplay {
+		if spool, err = os.CreateTemp("", "sluice-advise-*.log"); err != nil {
+			return nil, fmt.Errorf("spooling standard input for the replay: %w", err)
+		}
+		defer os.Remove(spool.Name())
+		defer spool.Close()
+	}
+
+	// Pass 1: measure.
+	prog := &progress{}
+	show := showProgress(o)
+	m := newMeasurer(cls, int64(o.Window/time.Second))
+	t0 := time.Now()
+	stopBar := startBar(show, o.stderr, "measuring", prog, total)
+	pl := &pipeline{sources: srcs, stdin: o.stdin, spool: spool, newWork: newWork, prog: prog}
+	err = pl.run(func(b *batch) error {
+		rep.Lines += b.lines
+		rep.Malformed += b.malformed
+		for _, bad := range b.bad {
+			if len(rep.MalformedExamples) < maxBadKept {
+				rep.MalformedExamples = append(rep.MalformedExamples, bad)
+			}
+		}
+		prog.lines.Add(b.lines)
+		m.batch(b)
+		return nil
+	})
+	stopBar()
+	if err != nil {
+		return nil, err
+	}
+	rep.Bytes = prog.bytes.Load()
+	rep.MeasureSeconds = time.Since(t0).Seconds()
+	if rep.MeasureSeconds > 0 {
+		rep.MBPerSecond = float64(rep.Bytes) / 1e6 / rep.MeasureSeconds
+	}
+	rep.Unmatched = m.unmatched
+	if m.requests == 0 {
+		return rep, fmt.Errorf("no request could be read from %s (%d lines, %d malformed)", strings.Join(names, ", "), rep.Lines, rep.Malformed)
+	}
+	start := m.windowStart()
+	rep.WindowStart = time.Unix(start, 0).UTC()
+	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
+	secH, minH := m.result()
+
+	// Propose.
+	cls.frozen = true
+	names2 := policyNames(cls, o.Config != "")
+	for c := range secH {
+		ps := summarize(&secH[c])
+		if ps.Samples == 0 {
+			continue
+		}
+		ep := c / 2
+		cr := ClassReport{
+			Policy:    names2[ep],
+			Match:     cls.matches[ep],
+			Caller:    "anonymous",
+			PerSecond: ps,
+			PerMinute: summarize(&minH[c]),
+			LowData:   ps.Samples < uint64(o.MinSamples),
+			class:     int32(c),
+			bins:      secH[c].bins(),
+		}
+		if c%2 == 1 {
+			cr.Caller = "authenticated"
+		}
+		cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
+		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
+		rep.Classes = append(rep.Classes, cr)
+	}
+	checkPatterns(rep, o.Config != "")
+	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
+		if a.PerSecond.Requests != b.PerSecond.Requests {
+			if a.PerSecond.Requests > b.PerSecond.Requests {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Policy+a.Caller, b.Policy+b.Caller)
+	})
+
+	// Pass 2: replay.
+	if !o.NoReplay {
+		rules := make([][]sluice.Rule, len(secH))
+		for _, c := range rep.Classes {
+			if c.InConfig {
+				rules[c.class] = []sluice.Rule{{Rate: c.Proposal.Rate, Burst: c.Proposal.Burst}}
+			}
+		}
+		rp := newReplayer(cls, start, rules)
+		defer rp.store.Close()
+		if spool != nil {
+			if _, err := spool.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		prog2 := &progress{}
+		t1 := time.Now()
+		stopBar := startBar(show, o.stderr, "replaying", prog2, total)
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: prog2}
+		err := pl.run(func(b *batch) error {
+			prog2.lines.Add(b.lines)
+			rp.batch(b)
+			return nil
+		})
+		stopBar()
+		if err != nil {
+			return nil, err
+		}
+		rep.ReplaySeconds = time.Since(t1).Seconds()
+		for i := range rep.Classes {
+			c := &rep.Classes[i]
+			if !c.InConfig {
+				continue
+			}
+			c.Replay = &ReplayStats{
+				Requests:     rp.requests[c.class],
+				Rejected:     rp.rejected[c.class],
+				RejectedKeys: len(rp.byKey[c.class]),
+				Top:          rp.top(int(c.class), o.Top),
+			}
+		}
+	}
+
+	if o.OutConfig != "" {
+		if err := writeConfigFile(o.OutConfig, rep); err != nil {
+			return rep, err
+		}
+	}
+	if o.ChartDir != "" {
+		if err := writeCharts(o.ChartDir, o.ChartFormat, rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// policyNames names the endpoints: the configuration's policy names, or
+// names made from the patterns (GET /products/{id} → get-products-id).
+func policyNames(cls *classes, fromConfig bool) []string {
+	if fromConfig {
+		return cls.endpoints
+	}
+	seen := make(map[string]bool)
+	out := make([]string, len(cls.endpoints))
+	for i, p := range cls.endpoints {
+		var b strings.Builder
+		method, path, _ := strings.Cut(p, " ")
+		b.WriteString(strings.ToLower(method))
+		for seg := range strings.SplitSeq(path, "/") {
+			seg = strings.Trim(seg, "{}$")
+			if seg == "" {
+				continue
+			}
+			b.WriteByte('-')
+			for _, r := range strings.ToLower(seg) {
+				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+					b.WriteRune(r)
+				} else {
+					b.WriteByte('-')
+				}
+			}
+		}
+		name := b.String()
+		if name == strings.ToLower(method) {
+			name += "-root"
+			if !strings.HasSuffix(path, "{$}") {
+				name += "-all"
+			}
+		}
+		if strings.HasSuffix(path, "/") && !strings.HasSuffix(path, "{$}") && path != "/" {
+			name += "-prefix"
+		}
+		base := name
+		for n := 2; seen[name]; n++ {
+			name = base + "-" + strconv.Itoa(n)
+		}
+		seen[name] = true
+		out[i] = name
+	}
+	return out
+}
+
+// checkPatterns marks the classes whose pattern can go into the
+// configuration: each endpoint's pattern must register in a ServeMux
+// beside those of busier endpoints (two patterns conflict when each
+// matches a path the other does not and neither is more specific).
+func checkPatterns(rep *Report, fromConfig bool) {
+	traffic := make(map[string]uint64)
+	for _, c := range rep.Classes {
+		traffic[c.Match] += c.PerSecond.Requests
+	}
+	matches := make([]string, 0, len(traffic))
+	for m := range traffic {
+		matches = append(matches, m)
+	}
+	slices.SortFunc(matches, func(a, b string) int {
+		if traffic[a] != traffic[b] {
+			if traffic[a] > traffic[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	ok := make(map[string]bool)
+	mux := http.NewServeMux()
+	for _, m := range matches {
+		if fromConfig {
+			ok[m] = true
+			continue
+		}
+		if err := registerPattern(mux, m); err != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is left out of the configuration: %v", m, firstLine(err)))
+			continue
+		}
+		ok[m] = true
+	}
+	for i := range rep.Classes {
+		rep.Classes[i].InConfig = ok[rep.Classes[i].Match]
+	}
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+func showProgress(o Options) bool {
+	switch o.Progress {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	f := openStderr(o.stderr)
+	return f != nil && term.IsTerminal(int(f.Fd()))
+}
+
+// startBar draws a progress line on w until the returned func is called.
+func startBar(show bool, w io.Writer, what string, p *progress, total int64) func() {
+	if !show {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	t0 := time.Now()
+	draw := func() {
+		n := p.bytes.Load()
+		el := time.Since(t0).Seconds()
+		line := fmt.Sprintf("\r%s %s", what, humanBytes(n))
+		if total > 0 {
+			pct := min(100, float64(n)*100/float64(total))
+			const width = 24
+			fill := int(pct / 100 * width)
+			line += fmt.Sprintf(" / %s [%s%s] %3.0f%%", humanBytes(total), strings.Repeat("=", fill), strings.Repeat(" ", width-fill), pct)
+		}
+		line += fmt.Sprintf("  %s lines", humanCount(p.lines.Load()))
+		if el > 0 {
+			line += fmt.Sprintf("  %.0f MB/s", float64(n)/1e6/el)
+		}
+		fmt.Fprint(w, line+"\x1b[K")
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				draw()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+				draw()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
+	}
+	return strconv.FormatInt(n, 10)
+}
