@@ -241,8 +241,8 @@ func (sg *Sentinel) Client(t testing.TB) *redis.Client {
 
 // Failover kills the current master and waits until every running sentinel
 // reports the replica as the new master and it answers as one. It returns the
-// new master. The killed server stays down until Restart, after which the
-// sentinels make it a replica of the new master.
+// new master. The killed server stays down until Restart; the sentinels turn
+// it into a replica of the new master about ten seconds after it is back.
 func (sg *Sentinel) Failover(t testing.TB) *Server {
 	t.Helper()
 	old := sg.Master()

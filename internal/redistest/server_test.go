@@ -30,7 +30,7 @@ func TestStartStopRestart(t *testing.T) {
 	if s.Running() || s.Pid() != 0 {
 		t.Fatal("server still running after Stop")
 	}
-	if err := c.Ping(ctx).Err(); err == nil {
+	if err := noRetry(t, s).Ping(ctx).Err(); err == nil {
 		t.Fatal("PING succeeded on a stopped server")
 	}
 
@@ -59,7 +59,7 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	pid := s.Pid()
 	s.Kill()
-	if err := c.Ping(ctx).Err(); err == nil {
+	if err := noRetry(t, s).Ping(ctx).Err(); err == nil {
 		t.Fatal("PING succeeded after Kill")
 	}
 	if p, err := os.FindProcess(pid); err == nil {
@@ -270,4 +270,13 @@ func TestStartFailureQuotesLog(t *testing.T) {
 	if !strings.Contains(err.Error(), "no-such-option") {
 		t.Fatalf("error does not quote the log: %v", err)
 	}
+}
+
+// noRetry returns a client that reports the first failure instead of retrying.
+func noRetry(t *testing.T, s *Server) *redis.Client {
+	opt := s.Options()
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
