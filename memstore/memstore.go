@@ -4,10 +4,12 @@
 // Keys are spread over shards, each with its own lock, so checks on
 // different keys rarely contend; a check on a key that exists allocates
 // nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
-// per store, so no caller can aim for a collision; two of a million keys
-// collide with a chance of about 3 in 100 million), and its state is a few
-// float64/int64 pairs in a per-shard slab that the garbage collector never
-// scans: about 50 bytes a key for one rule, whatever the key's length.
+// per store, so no caller can aim for a collision; 59 of its bits tell keys
+// apart, so two of a million keys share state with a chance of about one
+// in a million), and the state of a key with one rule sits in its slot of
+// an open-addressing table that the garbage collector never scans: 32
+// bytes a slot, about 50 bytes a key on average, whatever the key's
+// length.
 //
 // Memory is bounded two ways. A background sweep (every SweepInterval)
 // drops every key whose buckets are all full again: a missing key is a full
@@ -62,16 +64,11 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-// shard holds some keys. index maps a key's hash to the offset in slab of its
-// entry: a header Bucket (Tokens = number of rules, Last = the time in Unix
-// µs at which every bucket is full again) followed by one Bucket per rule.
-// free keeps the offsets of dropped entries by their number of rules.
+// shard holds some keys under its own lock.
 type shard struct {
-	mu    sync.Mutex
-	index map[uint64]uint32
-	slab  []sluice.Bucket
-	free  [sluice.MaxRules + 1][]uint32
-	_     [64]byte // keeps neighbouring shards' locks off one cache line
+	mu sync.Mutex
+	t  table
+	_  [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -99,7 +96,7 @@ func New(opts Options) *Store {
 		s.shardCap = (opts.MaxKeys + n - 1) / n
 	}
 	for i := range s.shards {
-		s.shards[i].index = make(map[uint64]uint32)
+		s.shards[i].t.extra = make(map[uint64][]sluice.Bucket)
 	}
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -124,12 +121,12 @@ func (s *Store) Check(_ context.Context, req sluice.Request) (sluice.Result, err
 // core of Check, for simulations and for callers that validated already.
 func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	h := maphash.String(s.seed, req.Key)
-	sh := &s.shards[h&s.mask]
+	sh := &s.shards[h>>56&s.mask]
 	sh.mu.Lock()
-	off := sh.entry(s, h, req.Rules, now)
-	b := sh.slab[off+1 : int(off)+1+len(req.Rules)]
+	sl := sh.entry(s, h, req.Rules, now)
+	b := sh.t.buckets(sl)
 	res := sluice.Decide(b, req.Rules, now, req.Cost, req.MaxDelay)
-	sh.slab[off].Last = fullAt(b, req.Rules, now)
+	sl.fullAt = fullAt(b, req.Rules, now)
 	sh.mu.Unlock()
 	return res
 }
@@ -145,12 +142,12 @@ func (s *Store) Adjust(_ context.Context, key string, delta int64, rules []sluic
 // AdjustAt is Adjust at now, in Unix microseconds, for valid input.
 func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64) sluice.Result {
 	h := maphash.String(s.seed, key)
-	sh := &s.shards[h&s.mask]
+	sh := &s.shards[h>>56&s.mask]
 	sh.mu.Lock()
-	off := sh.entry(s, h, rules, now)
-	b := sh.slab[off+1 : int(off)+1+len(rules)]
+	sl := sh.entry(s, h, rules, now)
+	b := sh.t.buckets(sl)
 	res := sluice.AdjustBuckets(b, rules, now, delta)
-	sh.slab[off].Last = fullAt(b, rules, now)
+	sl.fullAt = fullAt(b, rules, now)
 	sh.mu.Unlock()
 	return res
 }
@@ -161,7 +158,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.index)
+		n += sh.t.used
 		sh.mu.Unlock()
 	}
 	return n
@@ -174,12 +171,7 @@ func (s *Store) Sweep(now int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for key, off := range sh.index {
-			if sh.slab[off].Last <= now {
-				sh.drop(key, off)
-				dropped++
-			}
-		}
+		dropped += sh.t.sweep(now)
 		sh.mu.Unlock()
 	}
 	return dropped
@@ -207,27 +199,30 @@ func (s *Store) sweepEvery(interval time.Duration) {
 	}
 }
 
-// entry returns the offset of key's entry for rules, creating one of full
-// buckets when the key is new (or was stored with another number of rules:
-// changing a policy's rules resets its keys). sh.mu is held.
-func (sh *shard) entry(s *Store, key uint64, rules []sluice.Rule, now int64) uint32 {
-	k := len(rules)
-	if off, ok := sh.index[key]; ok {
-		if int(sh.slab[off].Tokens) == k {
-			return off
-		}
-		sh.drop(key, off)
+// entry returns the slot of key's state for rules, creating full buckets
+// when the key is new. A key checked with another number of rules is
+// another state (so changing a policy's rules resets its keys; the old
+// state is swept once full). sh.mu is held.
+func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *slot {
+	id := makeID(hash, len(rules))
+	if sl := sh.t.find(id); sl != nil {
+		return sl
 	}
-	if s.shardCap > 0 && len(sh.index) >= s.shardCap {
-		sh.evict(now)
+	if s.shardCap > 0 && sh.t.used >= s.shardCap {
+		sh.t.evict(now, hash*0x9e3779b97f4a7c15)
 	}
-	off := sh.alloc(k)
-	sh.index[key] = off
-	sh.slab[off] = sluice.Bucket{Tokens: float64(k)}
+	sl := sh.t.insert(id)
+	var b []sluice.Bucket
+	if len(rules) == 1 {
+		b = sl.b[:]
+	} else {
+		b = make([]sluice.Bucket, len(rules))
+		sh.t.extra[id] = b
+	}
 	for i, r := range rules {
-		sh.slab[int(off)+1+i] = sluice.FullBucket(r, now)
+		b[i] = sluice.FullBucket(r, now)
 	}
-	return off
+	return sl
 }
 
 // fullAt is the time, in Unix µs, when every bucket of b is full again.
@@ -235,51 +230,8 @@ func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64) int64 {
 	return now + sluice.ExpiryAfter(b, rules, 0).Microseconds()
 }
 
-// alloc returns the offset of a free entry for k rules.
-func (sh *shard) alloc(k int) uint32 {
-	if f := sh.free[k]; len(f) > 0 {
-		off := f[len(f)-1]
-		sh.free[k] = f[:len(f)-1]
-		return off
-	}
-	off := uint32(len(sh.slab))
-	for range k + 1 {
-		sh.slab = append(sh.slab, sluice.Bucket{})
-	}
-	return off
-}
-
-func (sh *shard) drop(key uint64, off uint32) {
-	delete(sh.index, key)
-	k := int(sh.slab[off].Tokens)
-	sh.free[k] = append(sh.free[k], off)
-}
-
-// evictSample is how many keys evict looks at when no key is full again.
+// evictSample is how many keys evict looks at when none is full again.
 const evictSample = 8
-
-// evict makes room for one key in a shard at its cap: it drops a key that
-// is full again if the sample holds one, else the sampled key that will be
-// full soonest. Map iteration starts at a random place, so the sample is
-// random.
-func (sh *shard) evict(now int64) {
-	var victim uint64
-	var victimOff uint32
-	soonest := int64(1<<63 - 1)
-	seen := 0
-	for key, off := range sh.index {
-		if fullAt := sh.slab[off].Last; fullAt < soonest {
-			victim, victimOff, soonest = key, off, fullAt
-		}
-		seen++
-		if seen == evictSample || soonest <= now {
-			break
-		}
-	}
-	if seen > 0 {
-		sh.drop(victim, victimOff)
-	}
-}
 
 // monotonicMicros returns a clock of Unix microseconds that reads only the
 // monotonic clock: time.Since on a time that carries a monotonic reading
