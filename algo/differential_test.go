@@ -1,0 +1,118 @@
+package algo
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var ctx = context.Background()
+
+// clock is an injected clock in Unix microseconds.
+type clock struct{ us atomic.Int64 }
+
+func newClock(us int64) *clock {
+	c := &clock{}
+	c.us.Store(us)
+	return c
+}
+
+func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// The differential test: for every algorithm, one random sequence of
+// checks and adjustments on a handful of keys (one to three rules,
+// fractional rates, costs from 0 to the burst, a max delay for the
+// leaky bucket, and now and then a clock that steps back) gives exactly
+// the same results from the in-memory store and from the Lua script in
+// client-clock mode.
+func TestRedisAgreesWithMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ruleSets := [][]sluice.Rule{
+		{{Rate: 1, Burst: 3}},
+		{{Rate: 10, Burst: 20}},
+		{{Rate: 0.5, Burst: 2}},
+		{{Rate: 1.0 / 3, Burst: 7}},
+		{{Rate: 20, Burst: 100}, {Rate: 10000.0 / 86400, Burst: 150}},
+		{{Rate: 5, Burst: 5}, {Rate: 100.0 / 60, Burst: 30}, {Rate: 0.1, Burst: 50}},
+	}
+	for _, name := range Names()[1:] {
+		t.Run(name, func(t *testing.T) {
+			c := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+			ms, err := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ms.Close()
+			rs, err := Redis(name, client, RedisOptions{Now: c.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, uint64(len(name))))
+			const steps = 5000
+			counts := map[string]int{}
+			for i := range steps {
+				// Injected time runs far ahead of the real one (about
+				// 60 ms a step), so Redis's real-time expiry never comes
+				// before the state is idle in injected time.
+				switch rng.IntN(25) {
+				case 0:
+					c.us.Add(-rng.Int64N(300_000)) // a clock that is behind
+				case 1:
+					c.us.Add(rng.Int64N(30_000_000)) // a long pause
+				default:
+					c.us.Add(rng.Int64N(120_000))
+				}
+				k := rng.IntN(18)
+				rules := ruleSets[k%len(ruleSets)]
+				key := fmt.Sprintf("user-%d", k)
+				minBurst := rules[0].Burst
+				for _, r := range rules {
+					minBurst = min(minBurst, r.Burst)
+				}
+				var want, got sluice.Result
+				var werr, gerr error
+				if rng.IntN(12) == 0 {
+					delta := rng.Int64N(2*minBurst+1) - minBurst
+					want, werr = ms.Adjust(ctx, key, delta, rules)
+					got, gerr = rs.Adjust(ctx, key, delta, rules)
+					counts["adjust"]++
+				} else {
+					req := sluice.Request{Key: key, Cost: rng.Int64N(minBurst + 1), Rules: rules}
+					if rng.IntN(3) > 0 {
+						req.Cost = min(req.Cost, 1)
+					}
+					if name == LeakyBucket && rng.IntN(3) == 0 {
+						req.MaxDelay = time.Duration(rng.Int64N(3000)) * time.Millisecond
+					}
+					want, werr = ms.Check(ctx, req)
+					got, gerr = rs.Check(ctx, req)
+					switch {
+					case want.Delay > 0:
+						counts["delayed"]++
+					case want.Allowed:
+						counts["allowed"]++
+					default:
+						counts["denied"]++
+					}
+				}
+				if werr != nil || gerr != nil {
+					t.Fatalf("step %d: errors: memory %v, redis %v", i, werr, gerr)
+				}
+				if got != want {
+					t.Fatalf("step %d, key %s, rules %v:\nredis  %+v\nmemory %+v", i, key, rules, got, want)
+				}
+			}
+			t.Logf("%d steps agree: %v", steps, counts)
+			if counts["allowed"] == 0 || counts["denied"] == 0 || (name == LeakyBucket && counts["delayed"] == 0) {
+				t.Fatalf("the sequence did not cover every outcome: %v", counts)
+			}
+		})
+	}
+}
