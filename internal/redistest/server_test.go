@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,4 +281,32 @@ func noRetry(t *testing.T, s *Server) *redis.Client {
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// fatalRecorder is a fake testing.TB that records Fatal instead of failing
+// the real test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (f *fatalRecorder) Skip(...any) { f.msg = "skipped"; runtime.Goexit() }
+
+func TestMissingBinaryFails(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Start(rec)
+	}()
+	<-done
+	if !strings.Contains(rec.msg, "redis-server is not on the PATH") || !strings.Contains(rec.msg, "apt-get install") {
+		t.Fatalf("Start without redis-server: %q, want a failure that says how to install it", rec.msg)
+	}
 }
