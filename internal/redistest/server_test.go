@@ -251,7 +251,7 @@ func TestTLSWithACL(t *testing.T) {
 	}
 }
 
-func TestPortBusyIsRetried(t *testing.T) {
+func TestServersGetDistinctPorts(t *testing.T) {
 	// A second server must land on its own port even while the first runs.
 	a, b := Start(t), Start(t)
 	if a.Addr() == b.Addr() {
