@@ -1,0 +1,13 @@
+.PHONY: bench test run
+
+# The comparison suite of bench/ (its own module): sluice and its peers on
+# the same work, one table with the ratios. About ten minutes; not part of
+# the tests.
+bench:
+	cd bench && go run ./cmd/compare
+
+test:
+	./scripts/test.sh
+
+run:
+	go run ./cmd/sluice demo

@@ -1,0 +1,201 @@
+// Command compare runs sluice's comparison suite and prints one table:
+// every workload, every library, its figures, and the ratio to sluice.
+//
+//	cd bench && go run ./cmd/compare            # what make bench runs
+//	go run ./cmd/compare -only memory,heap      # a part of it
+//
+// It builds the benchmark binary of package bench once, runs its
+// benchmarks (BenchmarkHeapPerKey, BenchmarkMemory, BenchmarkRedis) with
+// -benchmem, then the gateway benchmark: sluice serve and a bare
+// httputil.ReverseProxy, each its own process, in front of the same
+// upstream, under the same load from this process, on loopback. The raw
+// go test output is kept (-raw) beside the table.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+func main() {
+	role := flag.String("role", "", "internal: run as the gateway benchmark's upstream or bareproxy")
+	listen := flag.String("listen", "", "internal: address of -role")
+	upstream := flag.String("upstream", "", "internal: upstream URL of -role bareproxy")
+	only := flag.String("only", "heap,memory,redis,gateway", "parts to run, comma-separated")
+	filter := flag.String("filter", "", "regexp for the sub-benchmarks to run (go test -bench syntax after the top name), empty = all")
+	memTime := flag.String("benchtime-memory", "150ms", "go test -benchtime of each in-memory benchmark")
+	redisTime := flag.String("benchtime-redis", "400ms", "go test -benchtime of each Redis benchmark")
+	gwDur := flag.Duration("gateway-duration", 4*time.Second, "timed part of each gateway load run")
+	gwConc := flag.Int("gateway-concurrency", 32, "concurrent clients of the gateway load")
+	gwRounds := flag.Int("gateway-rounds", 2, "load runs of each proxy, alternating; the best is reported")
+	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
+	flag.Parse()
+
+	switch *role {
+	case "":
+	case "upstream":
+		serveRole(*listen, bench.UpstreamHandler())
+		return
+	case "bareproxy":
+		u, err := url.Parse(*upstream)
+		if err != nil {
+			fatal(err)
+		}
+		serveRole(*listen, bench.BareProxy(u))
+		return
+	default:
+		fatal(fmt.Errorf("unknown -role %q", *role))
+	}
+
+	parts := map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		parts[strings.TrimSpace(p)] = true
+	}
+	work, err := os.MkdirTemp("", "sluice-compare-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(work)
+	rawPath := *raw
+	if rawPath == "" {
+		rawPath = filepath.Join(os.TempDir(), "sluice-bench-raw.txt")
+	}
+	rawFile, err := os.Create(rawPath)
+	if err != nil {
+		fatal(err)
+	}
+	defer rawFile.Close()
+
+	started := time.Now()
+	var results []result
+	if parts["heap"] || parts["memory"] || parts["redis"] {
+		testBin := filepath.Join(work, "bench.test")
+		step("building the benchmark binary")
+		if err := run(os.Stderr, "go", "test", "-c", "-o", testBin, "."); err != nil {
+			fatal(err)
+		}
+		phases := []struct{ part, bench, benchtime string }{
+			{"heap", "BenchmarkHeapPerKey", "1x"},
+			{"memory", "BenchmarkMemory", *memTime},
+			{"redis", "BenchmarkRedis", *redisTime},
+		}
+		for _, ph := range phases {
+			if !parts[ph.part] {
+				continue
+			}
+			pattern := "^" + ph.bench + "$"
+			if *filter != "" && ph.part != "heap" {
+				pattern += "/" + *filter
+			}
+			step(fmt.Sprintf("%s (-benchtime %s)", ph.bench, ph.benchtime))
+			rs, err := runBench(testBin, rawFile, "-test.run", "^$", "-test.bench", pattern,
+				"-test.benchtime", ph.benchtime, "-test.benchmem", "-test.timeout", "30m")
+			results = append(results, rs...)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "compare: %s: %v (its rows so far are kept)\n", ph.bench, err)
+			}
+		}
+	}
+	var gw *gatewayResult
+	gwNote := ""
+	if parts["gateway"] {
+		step("gateway: sluice serve against httputil.ReverseProxy")
+		gw, err = runGateway(work, *gwConc, *gwDur, *gwRounds)
+		if err != nil {
+			gwNote = err.Error()
+			fmt.Fprintln(os.Stderr, "compare: gateway:", err)
+		}
+	}
+
+	t := buildTable(results, gw)
+	fmt.Println()
+	t.print(os.Stdout)
+	if gwNote != "" {
+		fmt.Printf("\ngateway benchmark not run: %s\n", gwNote)
+	}
+	fmt.Println()
+	printTargets(os.Stdout, results, gw)
+	fmt.Printf("\nraw go test output: %s; whole run: %s; %d cores, GOMAXPROCS of the benchmarks as go test sets it\n",
+		rawPath, time.Since(started).Round(time.Second), numCPU())
+}
+
+func step(s string) { fmt.Fprintf(os.Stderr, "== %s  [%s]\n", s, time.Now().UTC().Format("15:04:05")) }
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "compare:", err)
+	os.Exit(1)
+}
+
+func run(stderr io.Writer, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	return cmd.Run()
+}
+
+// runBench runs the test binary, copies its output to raw and a progress
+// dot per result to stderr, and parses the benchmark lines.
+func runBench(bin string, raw io.Writer, args ...string) ([]result, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = "."
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	var rs []result
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(raw, line)
+		if r, ok := parseLine(line); ok {
+			rs = append(rs, r)
+			n++
+			fmt.Fprint(os.Stderr, ".")
+			if n%50 == 0 {
+				fmt.Fprintln(os.Stderr)
+			}
+		} else if strings.HasPrefix(line, "---") || strings.Contains(line, "FAIL") || strings.Contains(line, "panic") {
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	return rs, errors.Join(sc.Err(), cmd.Wait())
+}
+
+func serveRole(addr string, h http.Handler) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fatal(err)
+	}
+}
