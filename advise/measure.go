@@ -156,6 +156,7 @@ type measurer struct {
 	cls       *classes
 	window    int64 // seconds; 0 means the whole log
 	maxSec    int64 // newest second of the log so far
+	minSec    int64 // oldest second of the log so far
 	clock     int64 // newest second of the current file: drives eviction
 	lastSweep int64 // minute of the last sweep
 	keys      map[string]int32
@@ -204,6 +205,9 @@ func (m *measurer) batch(b *batch) {
 		sec := r.time / 1e6
 		if sec > m.maxSec {
 			m.maxSec = sec
+		}
+		if sec < m.minSec || m.minSec == 0 {
+			m.minSec = sec
 		}
 		if sec > m.clock {
 			m.clock = sec

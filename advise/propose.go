@@ -83,4 +83,3 @@ func propose(sec, perMin Dist) Proposal {
 	k = max(5, min(10, k))
 	return Proposal{Rate: rate, Burst: k * int64(rate), Burstiness: b, Multiplier: k}
 }
-

@@ -149,7 +149,7 @@ func Run(o Options) (*Report, error) {
 		return rep, fmt.Errorf("no request could be read from %s (%d lines, %d malformed)", strings.Join(names, ", "), rep.Lines, rep.Malformed)
 	}
 	start := m.windowStart()
-	rep.WindowStart = time.Unix(start, 0).UTC()
+	rep.WindowStart = time.Unix(max(start, m.minSec), 0).UTC()
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
 	secH, minH := m.result()
 

@@ -132,7 +132,8 @@ type abuser struct {
 // Generator produces the events and lines of one log.
 type Generator struct {
 	opts    Options
-	rng     *rand.Rand
+	rng     *rand.Rand // events
+	fmtRng  *rand.Rand // formats of Mixed lines, apart so that events do not depend on them
 	anon    []caller
 	users   []caller
 	anonW   alias
@@ -167,6 +168,7 @@ func New(opts Options) *Generator {
 	g := &Generator{
 		opts:   opts,
 		rng:    rand.New(rand.NewPCG(opts.Seed, 0x5eed_1ce)),
+		fmtRng: rand.New(rand.NewPCG(opts.Seed, 0xf0_4a7)),
 		sec:    opts.Start.Unix(),
 		burstP: 0.002,
 		authP:  0.6,
@@ -362,7 +364,7 @@ func (g *Generator) Write(w io.Writer, maxBytes, maxLines int64) (Stats, error) 
 		e := g.Next()
 		f := g.opts.Format
 		if f == Mixed {
-			f = Format(g.rng.IntN(int(Mixed)))
+			f = Format(g.fmtRng.IntN(int(Mixed)))
 		}
 		line = AppendLine(line[:0], e, f)
 		if _, err := bw.Write(line); err != nil {
