@@ -272,7 +272,6 @@ func TestConfigAndChart(t *testing.T) {
 		t.Fatalf("reading back: %v\n%s", err, data)
 	}
 	var rep Report
-	code = Command([]string{path, "--json", "--no-replay"}, nil, &stdout, &stderr)
 	stdout.Reset()
 	if code = Command([]string{path, "--json", "--no-replay"}, nil, &stdout, &stderr); code != 0 {
 		t.Fatal(stderr.String())

@@ -40,6 +40,9 @@ type rec struct {
 	pat    span  // without --config: the endpoint pattern
 	key    span
 	auth   bool
+	// hashes of the pattern and the key, computed by the parsing
+	// goroutines so that the single counting goroutine looks up integers
+	patHash, keyHash uint64
 }
 
 // badLine is a malformed line kept as an example.

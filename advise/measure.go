@@ -120,6 +120,7 @@ type classes struct {
 	matches   []string         // the ServeMux pattern of each endpoint
 	max       int              // endpoints before folding (no --config)
 	frozen    bool             // pass 2: no new endpoints
+	byHash    map[uint64]int32 // pattern hash → endpoint, a cache of endpoint
 }
 
 // endpoint returns the endpoint of pattern p, registering it in pass 1;
@@ -159,24 +160,31 @@ type measurer struct {
 	minSec    int64 // oldest second of the log so far
 	clock     int64 // newest second of the current file: drives eviction
 	lastSweep int64 // minute of the last sweep
-	keys      map[string]int32
+	keys      map[uint64]int32
+	deleted   int // since the map was last rebuilt
 	states    []keyState
 	free      []int32
 	acc       []*classAcc
-	keybuf    []byte
 	unmatched int64
 	requests  int64
 }
 
 func newMeasurer(cls *classes, window int64) *measurer {
-	return &measurer{cls: cls, window: window, keys: make(map[string]int32), maxSec: -1 << 62}
+	return &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62}
 }
 
 // classOf returns the class of r, or -1 when it has none.
 func classOf(cls *classes, b *batch, r *rec) int32 {
 	ep := r.policy
 	if cls.patterns != nil {
-		ep = cls.endpoint(b.bytes(r.pat))
+		var ok bool
+		if ep, ok = cls.byHash[r.patHash]; !ok {
+			ep = cls.endpoint(b.bytes(r.pat))
+			if cls.byHash == nil || len(cls.byHash) >= 1<<16 {
+				cls.byHash = make(map[uint64]int32)
+			}
+			cls.byHash[r.patHash] = ep
+		}
 	}
 	if ep < 0 {
 		return -1
@@ -185,6 +193,16 @@ func classOf(cls *classes, b *batch, r *rec) int32 {
 		return ep*2 + 1
 	}
 	return ep * 2
+}
+
+// stateHash is the key of a (class, caller) state: callers are told apart
+// by a 64-bit hash, so two of n keys active at once share a state with
+// probability about n²/2⁶⁵ (1e-8 for half a million).
+func stateHash(class int32, keyHash uint64) uint64 {
+	h := keyHash ^ (uint64(class)+1)*0x9e3779b97f4a7c15
+	h ^= h >> 31
+	h *= 0xbf58476d1ce4e5b9
+	return h ^ h>>29
 }
 
 // appendStateKey appends the key of a (class, caller) state.
@@ -216,11 +234,11 @@ func (m *measurer) batch(b *batch) {
 				m.sweep(false)
 			}
 		}
-		m.keybuf = appendStateKey(m.keybuf[:0], class, b.bytes(r.key))
-		idx, ok := m.keys[string(m.keybuf)]
+		k := stateHash(class, r.keyHash)
+		idx, ok := m.keys[k]
 		if !ok {
 			idx = m.newState(class, sec)
-			m.keys[string(m.keybuf)] = idx
+			m.keys[k] = idx
 		}
 		m.count(&m.states[idx], sec)
 	}
@@ -309,7 +327,16 @@ func (m *measurer) sweep(all bool) {
 			m.close(st)
 			delete(m.keys, k)
 			m.free = append(m.free, idx)
+			m.deleted++
 		}
+	}
+	if m.deleted > 4*len(m.keys)+4096 {
+		// a map that has seen many deletions probes slowly: start afresh
+		fresh := make(map[uint64]int32, len(m.keys))
+		for k, v := range m.keys {
+			fresh[k] = v
+		}
+		m.keys, m.deleted = fresh, 0
 	}
 	if len(m.keys) == 0 {
 		m.states, m.free = m.states[:0], m.free[:0]

@@ -2,6 +2,7 @@ package advise
 
 import (
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"os"
@@ -99,8 +100,9 @@ func Run(o Options) (*Report, error) {
 	} else {
 		cls.patterns = make(map[string]int32)
 	}
+	seed := maphash.MakeSeed()
 	newWork := func() func(*batch) {
-		w := &lineWorker{p: newParser(o.Fields), names: names}
+		w := &lineWorker{p: newParser(o.Fields), names: names, seed: seed}
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}

@@ -1,6 +1,9 @@
 package advise
 
-import "bytes"
+import (
+	"bytes"
+	"hash/maphash"
+)
 
 // maxKeyLen bounds a caller key; longer user fields are cut.
 const maxKeyLen = 200
@@ -10,6 +13,7 @@ type lineWorker struct {
 	p     *parser
 	m     *policyMatcher // nil: classes from the paths
 	names []string       // source names, for malformed-line examples
+	seed  maphash.Seed
 	e     entry
 }
 
@@ -52,6 +56,7 @@ func (w *lineWorker) do(b *batch) {
 			off := len(b.arena)
 			b.arena = appendPattern(b.arena, e.method, e.path)
 			r.pat = span{uint32(off), uint32(len(b.arena) - off)}
+			r.patHash = maphash.Bytes(w.seed, b.arena[off:])
 		}
 		off := len(b.arena)
 		b.arena, r.auth = appendKey(b.arena, e)
@@ -59,6 +64,7 @@ func (w *lineWorker) do(b *batch) {
 			b.arena = b.arena[:off+maxKeyLen]
 		}
 		r.key = span{uint32(off), uint32(len(b.arena) - off)}
+		r.keyHash = maphash.Bytes(w.seed, b.arena[off:])
 		b.recs = append(b.recs, r)
 	}
 }
