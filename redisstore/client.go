@@ -132,21 +132,36 @@ func tlsFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// Errors of Ping that a configuration fix, not a retry, cures: a gateway
+// stops at start on them, while an unreachable Redis is left to the
+// failure policy.
+var (
+	ErrCredentials = errors.New("redisstore: Redis refused the credentials")
+	ErrCertificate = errors.New("redisstore: TLS handshake with Redis failed")
+)
+
 // Ping checks that client reaches Redis and is let in, with an error that
-// says which part failed: the address, TLS, or the credentials.
+// says which part failed: the credentials (wrapping ErrCredentials), TLS
+// (wrapping ErrCertificate), or the address.
 func Ping(ctx context.Context, client redis.UniversalClient) error {
 	err := client.Ping(ctx).Err()
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
 	switch {
 	case redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "NOPERM"):
-		return fmt.Errorf("redisstore: Redis refused the credentials: %s (check the user and password in the url or options)", msg)
+		return fmt.Errorf("%w: %v (check the user and password in the url or options)", ErrCredentials, err)
 	}
 	var certErr *tls.CertificateVerificationError
-	if errors.As(err, &certErr) {
-		return fmt.Errorf("redisstore: TLS certificate of Redis not trusted: %w (set the CA file)", err)
+	var recordErr tls.RecordHeaderError
+	var alert tls.AlertError
+	switch {
+	case errors.As(err, &certErr):
+		return fmt.Errorf("%w: %v (the server's certificate is not trusted: set the CA file)", ErrCertificate, err)
+	case errors.As(err, &recordErr):
+		return fmt.Errorf("%w: %v (the server does not speak TLS: use redis:// or its TLS port)", ErrCertificate, err)
+	case errors.As(err, &alert):
+		return fmt.Errorf("%w: %v (the server rejected the handshake: does it require a client certificate?)", ErrCertificate, err)
 	}
 	return fmt.Errorf("redisstore: cannot reach Redis: %w", err)
 }

@@ -1,0 +1,72 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func TestNewClientFromURLWithACLUser(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithACLUser("limiter", "s3cret"))
+	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := redisstore.Ping(ctx, client); err != nil {
+		t.Fatalf("right credentials: %v", err)
+	}
+	rs := redisstore.New(client, redisstore.Options{})
+	if r, err := rs.Check(ctx, sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 1}}}); err != nil || !r.Allowed {
+		t.Fatalf("check as an ACL user: %+v, %v", r, err)
+	}
+
+	bad, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), Password: "wrong"})
+	defer bad.Close()
+	if err := redisstore.Ping(ctx, bad); !errors.Is(err, redisstore.ErrCredentials) || !strings.Contains(err.Error(), "password") {
+		t.Fatalf("wrong password: %v", err)
+	}
+}
+
+func TestNewClientTLS(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithTLS())
+	good, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), CACertFile: srv.CACertFile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	if err := redisstore.Ping(ctx, good); err != nil {
+		t.Fatalf("with the CA: %v", err)
+	}
+	untrusted, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL()})
+	defer untrusted.Close()
+	if err := redisstore.Ping(ctx, untrusted); !errors.Is(err, redisstore.ErrCertificate) {
+		t.Fatalf("without the CA: %v", err)
+	}
+	plain, _ := redisstore.NewClient(redisstore.ClientOptions{URL: strings.Replace(srv.URL(), "rediss://", "redis://", 1)})
+	defer plain.Close()
+	if err := redisstore.Ping(ctx, plain); err == nil {
+		t.Fatal("plain TCP to a TLS port answered")
+	}
+}
+
+func TestNewClientRejectsBadOptions(t *testing.T) {
+	for _, o := range []redisstore.ClientOptions{
+		{},
+		{URL: "http://x"},
+		{URL: "redis://h:1/2", ClusterAddrs: []string{"h:1"}},
+		{SentinelMaster: "m"},
+		{SentinelMaster: "m", SentinelAddrs: []string{"h:1"}, ClusterAddrs: []string{"h:2"}},
+		{URL: "redis://h:1", CACertFile: "/nonexistent"},
+		{URL: "redis://h:1", CertFile: "/x"},
+	} {
+		if c, err := redisstore.NewClient(o); err == nil {
+			c.Close()
+			t.Errorf("NewClient(%+v) accepted", o)
+		}
+	}
+}
