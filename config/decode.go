@@ -17,18 +17,33 @@ type decoder struct {
 	file  string
 	errs  *Errors
 	lines map[string]int // field path -> line of its value
+	nodes int            // nodes visited, aliases expanded: bounds alias bombs
 }
+
+// maxNodes bounds the work on one file; a real configuration has hundreds.
+const maxNodes = 100_000
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
 func (d *decoder) fail(line int, path, format string, args ...any) {
-	d.errs.add(d.file, line, path, fmt.Sprintf(format, args...))
+	if len(*d.errs) < maxErrors {
+		d.errs.add(d.file, line, path, fmt.Sprintf(format, args...))
+	}
 }
+
+// maxErrors is how many problems one file reports at most.
+const maxErrors = 50
 
 // decode fills v (addressable) from n at path.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
-	for n.Kind == yaml.AliasNode {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
+	}
+	if d.nodes++; d.nodes > maxNodes {
+		if d.nodes == maxNodes+1 {
+			d.fail(n.Line, path, "the file expands to more than %d values (aliases?); write it out plainly", maxNodes)
+		}
+		return
 	}
 	if n.Kind == yaml.DocumentNode {
 		if len(n.Content) == 0 {

@@ -151,7 +151,7 @@ func (v *validator) store() {
 		return
 	}
 	r := s.Redis
-	if r.URL == "" && len(r.ClusterAddrs) == 0 && len(r.Sentinel.Addrs) == 0 {
+	if r.URL == "" && len(r.ClusterAddrs) == 0 && len(r.Sentinel.Addrs) == 0 && r.Sentinel.Master == "" {
 		v.fail("store.redis", "store.type is redis but no url, cluster_addrs or sentinel addrs are set; want e.g. url: redis://127.0.0.1:6379/0")
 		return
 	}

@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -165,6 +166,7 @@ type Limiter struct {
 	log       *slog.Logger
 	errLog    logLimiter
 	shadowLog logLimiter
+	wait      func(context.Context, time.Duration) bool // tests replace it
 }
 
 // policy is a Policy compiled for the hot path.
@@ -200,6 +202,7 @@ func New(opts Options) (*Limiter, error) {
 		fallback: opts.Fallback,
 		metrics:  opts.Metrics,
 		log:      opts.Logger,
+		wait:     wait,
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
@@ -364,10 +367,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	if res.Delay > 0 {
-		if !wait(ctx, res.Delay) {
+		if !l.wait(ctx, res.Delay) {
 			// The client went away while held: give its tokens back.
+			_, _ = l.adjust(context.WithoutCancel(ctx), p, req.Key, -req.Cost, req.Rules)
 			p.counters.inc(outcomeCancelled)
-			l.adjust(context.WithoutCancel(ctx), p, req.Key, -req.Cost, req.Rules)
 			return
 		}
 		p.counters.inc(outcomeDelayed)
@@ -524,5 +527,6 @@ func (l *Limiter) Policies() []string {
 	for n := range l.byName {
 		names = append(names, n)
 	}
+	slices.Sort(names)
 	return names
 }

@@ -164,11 +164,14 @@ func lastUnquoted(s string, c byte) int {
 // parseHost reads an address with or without a port: 192.0.2.1,
 // 192.0.2.1:80, 2001:db8::1, [2001:db8::1]:80, [2001:db8::1].
 func parseHost(s string) netip.Addr {
+	// Try the form that fits first: a failed parse allocates its error.
+	if hasPort(s) {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone("")
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone("")
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone("")
 	}
 	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
@@ -176,6 +179,19 @@ func parseHost(s string) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// hasPort reports whether s looks like HOST:PORT: [v6]:port, or v4:port
+// (one colon).
+func hasPort(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return false
+	}
+	if s[0] == '[' {
+		return i > 0 && s[i-1] == ']'
+	}
+	return strings.IndexByte(s, ':') == i
 }
 
 func inAny(a netip.Addr, prefixes []netip.Prefix) bool {

@@ -39,7 +39,7 @@ import (
 // configuration; it returns the store and the function that closes it.
 // It is set by the build that links the Redis store; nil means that the
 // Redis store is not available in this binary.
-var NewRedisStore func(r config.Redis) (sluice.Store, func() error, error)
+var NewRedisStore func(r config.Redis, log *slog.Logger) (sluice.Store, func() error, error)
 
 // Gateway is one running `sluice serve`.
 type Gateway struct {
@@ -107,7 +107,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		g.local.Close()
 		return fmt.Errorf("%s: store.type: redis: the Redis store is not available in this build yet; use store.type: memory", cfg.File)
 	}
-	s, closeFn, err := NewRedisStore(cfg.Store.Redis)
+	s, closeFn, err := NewRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		g.local.Close()
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)

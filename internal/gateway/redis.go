@@ -1,0 +1,39 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func init() { NewRedisStore = newRedisStore }
+
+// newRedisStore connects the store of a `store.type: redis` section. A
+// Redis that does not answer at start is logged, not fatal: the failure
+// policy (on_error) decides requests until it answers.
+func newRedisStore(r config.Redis, log *slog.Logger) (sluice.Store, func() error, error) {
+	client, err := redisstore.NewClient(redisstore.ClientOptions{
+		URL:            r.URL,
+		ClusterAddrs:   r.ClusterAddrs,
+		SentinelMaster: r.Sentinel.Master,
+		SentinelAddrs:  r.Sentinel.Addrs,
+		Timeout:        r.Timeout,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := redisstore.Ping(ctx, client); err != nil {
+		log.Warn("sluice: Redis does not answer at start; on_error decides until it does", "err", err)
+	}
+	store := redisstore.New(client, redisstore.Options{})
+	return store, func() error {
+		_ = store.Close()
+		return client.Close()
+	}, nil
+}
