@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -170,7 +171,11 @@ func readConfig(data []byte) (configFile, error) {
 		return cf, fmt.Errorf("no policies")
 	}
 	names := make(map[string]bool)
+	mux := http.NewServeMux()
 	for _, p := range cf.Policies {
+		if err := registerPattern(mux, p.Match); err != nil {
+			return cf, fmt.Errorf("policy %q: match %q: %w", p.Name, p.Match, err)
+		}
 		if p.Name == "" || names[p.Name] {
 			return cf, fmt.Errorf("policy name %q empty or repeated", p.Name)
 		}

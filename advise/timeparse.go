@@ -187,7 +187,7 @@ func parseEpoch(b []byte) (int64, bool) {
 	var whole int64
 	i, n := 0, 0
 	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-		if n++; n > 19 {
+		if n++; n > 19 || whole > (1<<63-1-9)/10 {
 			return 0, false
 		}
 		whole = whole*10 + int64(b[i]-'0')
@@ -205,17 +205,22 @@ func parseEpoch(b []byte) (int64, bool) {
 	if i != len(b) {
 		return 0, false
 	}
+	var t int64
 	switch {
 	case n <= 11:
-		return whole*1e6 + micro, true
+		t = whole*1e6 + micro
 	case n <= 14:
-		return whole*1e3 + micro/1e3, true
+		t = whole*1e3 + micro/1e3
 	case n <= 17:
-		return whole, true
+		t = whole
 	default:
-		return whole / 1e3, true
+		t = whole / 1e3
 	}
+	return t, t > 0 && t < maxMicro
 }
+
+// maxMicro is 10000-01-01 in Unix µs: later times are not a log's.
+const maxMicro = 253402300800e6
 
 // parseEpochFloat handles the rare exponent form, such as 1.7e9.
 func parseEpochFloat(b []byte) (int64, bool) {
@@ -266,7 +271,8 @@ exp:
 	if !(v > 0 && v < 1e19) {
 		return 0, false
 	}
-	return parseEpochDigits(v)
+	t, _ := parseEpochDigits(v)
+	return t, t > 0 && t < maxMicro
 }
 
 func parseEpochDigits(v float64) (int64, bool) {
