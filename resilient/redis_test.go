@@ -1,0 +1,481 @@
+package resilient_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/resilient"
+)
+
+const (
+	deadline = 50 * time.Millisecond
+	// margin is what a call may take beyond the deadline: scheduling on a
+	// busy two-core machine under the race detector, not store time.
+	margin = 100 * time.Millisecond
+)
+
+// redisClient is a client of srv that honours context deadlines, as the
+// resilient store needs.
+func redisClient(t *testing.T, srv *redistest.Server) *redis.Client {
+	o := srv.Options()
+	o.ContextTimeoutEnabled = true
+	o.PoolSize = 32
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// phase of a load run.
+const (
+	before = iota // Redis up
+	down          // Redis killed
+	back          // Redis restarted
+	phases
+)
+
+// tally is what the load saw in one phase.
+type tally struct {
+	checks, allowed, errs, unavailable int64
+	bySource                           [5]int64
+	maxLatency                         time.Duration
+	latencies                          []time.Duration
+	firstLocal, lastLocal              time.Time // of allowed local decisions on the hot key
+	localAllowed                       int64
+}
+
+func (a *tally) add(b *tally) {
+	a.checks += b.checks
+	a.allowed += b.allowed
+	a.errs += b.errs
+	a.unavailable += b.unavailable
+	for i := range a.bySource {
+		a.bySource[i] += b.bySource[i]
+	}
+	a.maxLatency = max(a.maxLatency, b.maxLatency)
+	a.latencies = append(a.latencies, b.latencies...)
+	a.localAllowed += b.localAllowed
+	if !b.firstLocal.IsZero() && (a.firstLocal.IsZero() || b.firstLocal.Before(a.firstLocal)) {
+		a.firstLocal = b.firstLocal
+	}
+	if b.lastLocal.After(a.lastLocal) {
+		a.lastLocal = b.lastLocal
+	}
+}
+
+func (a *tally) p99() time.Duration {
+	if len(a.latencies) == 0 {
+		return 0
+	}
+	slices.Sort(a.latencies)
+	return a.latencies[len(a.latencies)*99/100]
+}
+
+// load runs goroutines that check continuously until stop is closed, and
+// tallies what they see by the phase current at each check's start. The
+// request of goroutine g's i-th check is req(g, i).
+type load struct {
+	phase     atomic.Int32
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	tallies   [phases]tally
+	recovered atomic.Int64 // Unix ns of the first store answer in phase back
+	stall     atomic.Int64 // the longest oversleep of a goroutine that only sleeps, ns
+}
+
+// bound is the longest a check may take: the deadline, a margin, and the
+// longest the machine kept a goroutine that only sleeps from running (a
+// two-core machine running other test suites under the race detector can
+// stall any goroutine for longer than the margin; that is not store time).
+func (l *load) bound() time.Duration {
+	return deadline + margin + time.Duration(l.stall.Load())
+}
+
+func startLoad(s *resilient.Store, goroutines int, pause time.Duration, req func(g, i int) sluice.Request) *load {
+	l := &load{stop: make(chan struct{})}
+	l.wg.Go(func() {
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(time.Millisecond)
+			if over := int64(time.Since(start) - time.Millisecond); over > l.stall.Load() {
+				l.stall.Store(over)
+			}
+		}
+	})
+	for g := range goroutines {
+		l.wg.Go(func() {
+			var mine [phases]tally
+			defer func() {
+				l.mu.Lock()
+				for p := range mine {
+					l.tallies[p].add(&mine[p])
+				}
+				l.mu.Unlock()
+			}()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				p := l.phase.Load()
+				r := req(g, i)
+				start := time.Now()
+				res, d, err := s.CheckDecision(ctx, r)
+				lat := time.Since(start)
+				t := &mine[p]
+				t.checks++
+				t.maxLatency = max(t.maxLatency, lat)
+				t.latencies = append(t.latencies, lat)
+				t.bySource[d.Source]++
+				switch {
+				case errors.Is(err, resilient.ErrUnavailable):
+					t.unavailable++
+				case err != nil:
+					t.errs++
+				case res.Allowed:
+					t.allowed++
+					if d.Source == resilient.FromLocal && r.Key == "hot" {
+						now := time.Now()
+						if t.firstLocal.IsZero() {
+							t.firstLocal = now
+						}
+						t.lastLocal = now
+						t.localAllowed++
+					}
+				}
+				if p == back && d.Source == resilient.FromStore && err == nil {
+					l.recovered.CompareAndSwap(0, time.Now().UnixNano())
+				}
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) finish() [phases]tally {
+	close(l.stop)
+	l.wg.Wait()
+	return l.tallies
+}
+
+// warmUp checks until Redis answers: the first calls of a new client dial
+// and load the script, which on a busy machine under the race detector may
+// take longer than the deadline and open the breaker before the test starts.
+func warmUp(t *testing.T, s *resilient.Store, req sluice.Request) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
+		if _, d, err := s.CheckDecision(ctx, req); err == nil && d.Source == resilient.FromStore {
+			return
+		}
+	}
+	t.Fatal("Redis did not answer within 5s")
+}
+
+// Redis is killed while eight goroutines check continuously, stays down
+// for a while, and is restarted. No check waits longer than the deadline
+// (plus scheduling margin); each failure policy does what it says; and
+// within one probe interval of Redis answering again, Redis decides again.
+func TestRedisKilledUnderLoad(t *testing.T) {
+	const (
+		probe     = 500 * time.Millisecond
+		instances = 4
+		downFor   = 2500 * time.Millisecond
+	)
+	// Local: 25/s, burst 25. A local burst of a second's refill keeps the
+	// count exact even when the machine stalls the load for most of that.
+	hotRule := []sluice.Rule{{Rate: 100, Burst: 100}}
+	wideRule := []sluice.Rule{{Rate: 100_000, Burst: 100_000}} // never denied
+	for _, mode := range []resilient.Mode{resilient.Open, resilient.Closed, resilient.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			s := newStore(t, redisstore.New(redisClient(t, srv), redisstore.Options{}), resilient.Options{
+				OnError: mode, Instances: instances, Timeout: deadline, ProbeInterval: probe, LogInterval: time.Second,
+			})
+			req := func(g, i int) sluice.Request {
+				if mode == resilient.Local {
+					return sluice.Request{Key: "hot", Cost: 1, Rules: hotRule}
+				}
+				return sluice.Request{Key: fmt.Sprintf("user-%d", (g*7919+i)%100), Cost: 1, Rules: wideRule}
+			}
+			warmUp(t, s, req(0, 0))
+			l := startLoad(s, 8, 200*time.Microsecond, req)
+			time.Sleep(300 * time.Millisecond)
+			l.phase.Store(down)
+			srv.Kill()
+			time.Sleep(downFor)
+			if st := s.State(); st != resilient.StateOpen && st != resilient.StateHalfOpen {
+				t.Errorf("breaker %v while Redis is down", st)
+			}
+			srv.Restart()
+			restarted := time.Now()
+			l.phase.Store(back)
+			for l.recovered.Load() == 0 && time.Since(restarted) < 3*probe {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			tallies := l.finish()
+
+			var all tally
+			for p := range tallies {
+				all.add(&tallies[p])
+			}
+			dn := tallies[down]
+			t.Logf("%v: %d checks; while down: %d checks, %d allowed, %d unavailable, %d other errors, by source %v; max latency %v (before %v, down %v, back %v), p99 %v",
+				mode, all.checks, dn.checks, dn.allowed, dn.unavailable, dn.errs, dn.bySource, all.maxLatency,
+				tallies[before].maxLatency, dn.maxLatency, tallies[back].maxLatency, all.p99())
+			t.Logf("longest scheduling stall of an idle goroutine: %v", time.Duration(l.stall.Load()))
+			if all.maxLatency > l.bound() {
+				t.Errorf("a check waited %v, more than the deadline %v + %v + the machine's stall %v", all.maxLatency, deadline, margin, time.Duration(l.stall.Load()))
+			}
+			// Checks in flight when the phase changed may be counted before.
+			if b := tallies[before]; b.errs > 0 || b.unavailable > 8 || b.bySource[resilient.FromStore]+b.bySource[resilient.FromDenialCache] < b.checks/2 {
+				t.Errorf("before the kill: %d errors, %d unavailable, by source %v", b.errs, b.unavailable, b.bySource)
+			}
+			switch mode {
+			case resilient.Open:
+				if dn.errs+dn.unavailable > 0 || dn.allowed != dn.checks || dn.bySource[resilient.FromOpen] == 0 {
+					t.Errorf("open: %d of %d allowed, %d errors", dn.allowed, dn.checks, dn.errs+dn.unavailable)
+				}
+			case resilient.Closed:
+				if dn.errs > 0 || dn.unavailable == 0 || dn.unavailable < dn.checks*9/10 {
+					t.Errorf("closed: %d of %d ErrUnavailable, %d other errors", dn.unavailable, dn.checks, dn.errs)
+				}
+			case resilient.Local:
+				if dn.errs+dn.unavailable > 0 {
+					t.Errorf("local: %d errors", dn.errs+dn.unavailable)
+				}
+				local := hotRule[0].Rate / instances
+				window := dn.lastLocal.Sub(dn.firstLocal).Seconds()
+				// The local bucket starts full: its burst, then the rate.
+				want := float64(hotRule[0].Burst/instances) + local*window
+				t.Logf("local: admitted %d in %.2fs, want %.1f (%.0f/s over %d instances, burst %d)",
+					dn.localAllowed, window, want, hotRule[0].Rate, instances, hotRule[0].Burst/instances)
+				if ratio := float64(dn.localAllowed) / want; ratio < 0.9 || ratio > 1.1 {
+					t.Errorf("local: admitted %d, %.0f%% of the global rate / instances", dn.localAllowed, 100*ratio)
+				}
+			}
+			rec := l.recovered.Load()
+			if rec == 0 {
+				t.Fatalf("Redis decided nothing within %v of its restart", 3*probe)
+			}
+			took := time.Unix(0, rec).Sub(restarted)
+			t.Logf("Redis decides again %v after it answers (probe interval %v)", took.Round(time.Millisecond), probe)
+			if took > probe+margin+time.Duration(l.stall.Load()) {
+				t.Errorf("Redis decided again only %v after it came back, more than the probe interval %v + %v", took, probe, margin)
+			}
+			if mode == resilient.Local {
+				// Real limiting is back: the shared bucket, not the local one.
+				var denied bool
+				for range 100 {
+					res, d, err := s.CheckDecision(ctx, req(0, 0))
+					if err == nil && !res.Allowed && (d.Source == resilient.FromStore || d.Source == resilient.FromDenialCache) && res.Limit == hotRule[0].Burst {
+						denied = true
+						break
+					}
+				}
+				if !denied {
+					t.Error("after the restart the hot key is not limited by Redis")
+				}
+			}
+		})
+	}
+}
+
+// While the breaker is open the store is not called at all, checked two
+// ways: a counter around the Redis store, and INFO commandstats on the
+// restarted server; and a check costs next to nothing.
+func TestOpenBreakerCallsNothing(t *testing.T) {
+	const probe = 2 * time.Second
+	srv := redistest.Start(t)
+	primary := &counting{Store: redisstore.New(redisClient(t, srv), redisstore.Options{})}
+	s := newStore(t, primary, resilient.Options{Timeout: deadline, ProbeInterval: probe, FailureThreshold: 5})
+	req := func(i int) sluice.Request {
+		return sluice.Request{Key: fmt.Sprintf("user-%d", i%50), Cost: 1, Rules: []sluice.Rule{{Rate: 1000, Burst: 1000}}}
+	}
+	warmUp(t, s, req(0))
+	srv.Kill()
+	for i := 0; s.State() != resilient.StateOpen; i++ {
+		if i > 10 {
+			t.Fatalf("breaker %v after %d failures", s.State(), i)
+		}
+		s.Check(ctx, req(i))
+	}
+	opened := time.Now()
+	calls := primary.checks.Load()
+	srv.Restart()
+	srv.ResetStats(t)
+
+	// Load until shortly before the probe is due.
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := g; time.Since(opened) < probe-300*time.Millisecond; i += 4 {
+				start := time.Now()
+				if res, err := s.Check(ctx, req(i)); err != nil || !res.Allowed {
+					t.Errorf("open policy: %+v %v", res, err)
+					return
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.Sort(lats)
+	p50, p99, worst := lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1]
+	t.Logf("%d checks with the breaker open: p50 %v, p99 %v, max %v", len(lats), p50, p99, worst)
+	if n := primary.checks.Load() - calls; n != 0 {
+		t.Errorf("%d store calls with the breaker open", n)
+	}
+	stats := srv.CommandStats(t)
+	if n := stats["evalsha"].Calls + stats["eval"].Calls; n != 0 {
+		t.Errorf("Redis ran %d scripts with the breaker open", n)
+	}
+	if p99 > time.Millisecond {
+		t.Errorf("p99 latency %v with the breaker open, want well under a millisecond", p99)
+	}
+
+	// Once the interval has passed, a probe finds Redis and closes it. (The
+	// first probe may meet a stale connection and time out on a busy
+	// machine; then the next one, an interval later, closes it.)
+	time.Sleep(time.Until(opened.Add(probe)))
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		_, d, err := s.CheckDecision(ctx, req(0))
+		if err == nil && d.Source == resilient.FromStore && s.State() == resilient.StateClosed {
+			break
+		}
+		if time.Since(start) > 3*probe {
+			t.Fatalf("%v after the probe interval: %+v %v, breaker %v", time.Since(start), d, err, s.State())
+		}
+	}
+	if stats := srv.CommandStats(t); stats["evalsha"].Calls+stats["eval"].Calls == 0 {
+		t.Error("the probe did not reach Redis")
+	}
+}
+
+// 20,000 checks from one denied key, from eight goroutines over about two
+// seconds, make a handful of Redis calls per retry interval.
+func TestDenialCacheShieldsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	// A generous deadline: this test is about the number of calls, and a
+	// timeout on a busy machine would hand the decisions to the policy.
+	s := newStore(t, redisstore.New(redisClient(t, srv), redisstore.Options{}), resilient.Options{Timeout: time.Second})
+	rule := []sluice.Rule{{Rate: 2, Burst: 5}} // a token every 500ms
+	retry := time.Duration(float64(time.Second) / rule[0].Rate)
+	req := sluice.Request{Key: "flooder", Cost: 1, Rules: rule}
+	warmUp(t, s, sluice.Request{Key: "warm-up", Cost: 1, Rules: rule}) // connects, loads the script
+	srv.ResetStats(t)
+
+	const goroutines, total = 8, 20_000
+	var allowed, fromCache atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range total / goroutines {
+				res, d, err := s.CheckDecision(ctx, req)
+				if err != nil || d.Source != resilient.FromStore && d.Source != resilient.FromDenialCache {
+					t.Errorf("%+v %v", d, err)
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				}
+				if d.Source == resilient.FromDenialCache {
+					fromCache.Add(1)
+				}
+				time.Sleep(700 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stats := srv.CommandStats(t)
+	calls := stats["evalsha"].Calls + stats["eval"].Calls
+	intervals := elapsed.Seconds()/retry.Seconds() + 1
+	t.Logf("%d checks in %v: %d allowed, %d from the denial cache, %d Redis script calls (%.1f per %v retry interval)",
+		total, elapsed.Round(time.Millisecond), allowed.Load(), fromCache.Load(), calls, float64(calls)/intervals, retry)
+	if limit := float64(rule[0].Burst) + rule[0].Rate*elapsed.Seconds() + 1; float64(allowed.Load()) > limit {
+		t.Errorf("admitted %d, more than burst + rate × elapsed + 1 = %.0f", allowed.Load(), limit)
+	}
+	// Per interval: the call the refilled token passes, the one that is
+	// denied again, and those of the other goroutines in flight meanwhile.
+	if limit := float64(rule[0].Burst) + intervals*(goroutines+2); float64(calls) > limit {
+		t.Errorf("%d Redis calls for one denied key, more than %.0f", calls, limit)
+	}
+}
+
+// A Redis that stops answering (DEBUG SLEEP, from another client) is a
+// failed Redis once the deadline passes: no check waits longer, the
+// breaker opens, and Redis decides again once it answers.
+func TestSlowRedisIsAFailedRedis(t *testing.T) {
+	const (
+		probe = 200 * time.Millisecond
+		sleep = 500 * time.Millisecond
+	)
+	srv := redistest.Start(t)
+	s := newStore(t, redisstore.New(redisClient(t, srv), redisstore.Options{}), resilient.Options{
+		Timeout: deadline, ProbeInterval: probe,
+	})
+	rule := []sluice.Rule{{Rate: 100_000, Burst: 100_000}}
+	warmUp(t, s, sluice.Request{Key: "warm-up", Cost: 1, Rules: rule})
+	l := startLoad(s, 4, 200*time.Microsecond, func(g, i int) sluice.Request {
+		return sluice.Request{Key: fmt.Sprintf("user-%d", (g+i)%20), Cost: 1, Rules: rule}
+	})
+	time.Sleep(200 * time.Millisecond)
+	admin := srv.Client(t)
+	l.phase.Store(down)
+	slept := make(chan time.Time)
+	go func() {
+		admin.Do(ctx, "DEBUG", "SLEEP", sleep.Seconds())
+		slept <- time.Now()
+	}()
+	awake := <-slept
+	l.phase.Store(back)
+	for l.recovered.Load() == 0 && time.Since(awake) < 3*probe {
+		time.Sleep(5 * time.Millisecond)
+	}
+	tallies := l.finish()
+	var all tally
+	for p := range tallies {
+		all.add(&tallies[p])
+	}
+	dn := tallies[down]
+	t.Logf("while Redis slept %v: %d checks, by source %v; max latency %v", sleep, dn.checks, dn.bySource, all.maxLatency)
+	t.Logf("longest scheduling stall of an idle goroutine: %v", time.Duration(l.stall.Load()))
+	if all.maxLatency > l.bound() {
+		t.Errorf("a check waited %v on a sleeping Redis, more than the deadline %v + %v + the machine's stall %v", all.maxLatency, deadline, margin, time.Duration(l.stall.Load()))
+	}
+	if dn.bySource[resilient.FromOpen] == 0 || dn.errs+dn.unavailable > 0 {
+		t.Errorf("a sleeping Redis was not treated as failed: %v, %d errors", dn.bySource, dn.errs+dn.unavailable)
+	}
+	rec := l.recovered.Load()
+	if rec == 0 {
+		t.Fatalf("Redis decided nothing within %v of waking up", 3*probe)
+	}
+	t.Logf("Redis decides again %v after it wakes", time.Unix(0, rec).Sub(awake).Round(time.Millisecond))
+}

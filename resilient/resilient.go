@@ -1,0 +1,497 @@
+// Package resilient keeps a rate limiter from taking a service down with
+// its store. It wraps a sluice.Store (in practice the Redis store) and adds
+// what SPEC §5 asks of every store call:
+//
+//   - A deadline. Every call to the wrapped store gets Options.Timeout
+//     (50ms by default); a store that answers later is a store that failed.
+//     The store must honour the context: a go-redis client needs
+//     ContextTimeoutEnabled, or a ReadTimeout no longer than the deadline.
+//
+//   - A failure policy. When the store fails (or is not called because the
+//     breaker is open) the check is decided by OnError: Open lets it through
+//     (the default), Closed returns an error wrapping ErrUnavailable (HTTP:
+//     503), Local decides it with an in-process bucket whose rate and burst
+//     are the rule's divided by Options.Instances, so that N instances on
+//     their own admit about what the shared store would. WithOnError
+//     overrides the policy for one request, for per-policy settings.
+//
+//   - A circuit breaker. After FailureThreshold consecutive failures (5)
+//     it opens: the store is not called at all and a check costs no store
+//     latency. Every ProbeInterval (1s) one check is let through as a probe;
+//     if it succeeds the breaker closes, else it stays open for another
+//     interval. A dead store thus costs at most one deadline per interval.
+//     Consecutive failures, not a ratio, because the stores this wraps fail
+//     all at once (a dead or stalled Redis), and a count needs no window.
+//
+//   - A denial cache. A key that the store denied is remembered, for its
+//     rule set, until its RetryAfter has passed; until then checks of at
+//     least the same cost are answered here, denied with the remaining
+//     RetryAfter, and a flood from one caller never reaches the store. Its
+//     one approximation: tokens given back elsewhere (a refund through
+//     another instance, an Adjust with a negative delta, a change made
+//     directly in Redis) are seen only when the remembered retry time runs
+//     out. A refund through this Store forgets the key at once. Only an
+//     outright denial is remembered: a reservation (Request.MaxDelay) whose
+//     wait would fit within its MaxDelay still goes to the store. When the
+//     retry time runs out, one caller at a time asks the store while the
+//     others are still denied, so a flood does not turn into a stampede
+//     each time a token comes back. The cache answers while the breaker is
+//     open too: a denial is a fact that an outage does not change.
+//
+// Invalid input (sluice.ErrInvalid, sluice.ErrCostExceedsBurst) is
+// returned as is and never counts as a store failure.
+//
+// Every check reports how it was decided (a Decision, through
+// CheckDecision or Options.OnDecision), Prometheus metrics are registered
+// on Options.Registerer, and failure-policy decisions are logged through
+// log/slog at most once per LogInterval, with a count.
+package resilient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Errors that callers branch on.
+var (
+	// ErrUnavailable reports a check that the Closed failure policy
+	// refused because the store could not answer. The HTTP layer answers 503.
+	ErrUnavailable = errors.New("resilient: rate limit store unavailable")
+
+	// ErrCircuitOpen is the cause reported when the store was not called
+	// because the circuit breaker is open.
+	ErrCircuitOpen = errors.New("resilient: circuit breaker open")
+)
+
+// errClosedCircuit is returned by Closed checks while the breaker is open:
+// built once, so an outage costs no allocation per request.
+var errClosedCircuit = fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
+
+// Mode is a failure policy: how a check is decided when the store fails.
+type Mode uint8
+
+const (
+	// Open lets the request through, and counts and logs it.
+	Open Mode = iota
+	// Closed refuses it with an error wrapping ErrUnavailable.
+	Closed
+	// Local decides it with an in-process bucket at the rule's rate and
+	// burst divided by Options.Instances.
+	Local
+)
+
+var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
+
+// String returns "open", "closed" or "local", as ParseMode reads them.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", m)
+}
+
+// ParseMode reads a failure policy as configuration writes it: "open",
+// "closed" or "local"; the empty string is Open.
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "open":
+		return Open, nil
+	case "closed":
+		return Closed, nil
+	case "local":
+		return Local, nil
+	}
+	return Open, fmt.Errorf("%w: on_error %q: want open, closed or local", sluice.ErrInvalid, s)
+}
+
+type modeKey struct{}
+
+// WithOnError returns a context whose checks are decided by mode when the
+// store fails, overriding Options.OnError: a policy's own on_error.
+func WithOnError(ctx context.Context, mode Mode) context.Context {
+	return context.WithValue(ctx, modeKey{}, mode)
+}
+
+// Source says who decided a check.
+type Source uint8
+
+const (
+	// FromStore: the wrapped store answered.
+	FromStore Source = iota
+	// FromDenialCache: a denial remembered from the store answered.
+	FromDenialCache
+	// FromOpen: the store failed and the Open policy let it through.
+	FromOpen
+	// FromClosed: the store failed and the Closed policy refused it.
+	FromClosed
+	// FromLocal: the store failed and the in-process bucket decided.
+	FromLocal
+)
+
+var sourceNames = [...]string{
+	FromStore: "store", FromDenialCache: "denial_cache",
+	FromOpen: "open", FromClosed: "closed", FromLocal: "local",
+}
+
+// String returns a short name: store, denial_cache, open, closed, local.
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("Source(%d)", s)
+}
+
+// Decision says how one check or adjustment was decided.
+type Decision struct {
+	Source  Source
+	Key     string
+	Allowed bool
+	// Err is why a failure policy decided: the store's error, or
+	// ErrCircuitOpen. Nil when the store or the denial cache answered.
+	Err error
+}
+
+// ByFailurePolicy reports whether the store did not take part in the
+// decision because it failed or the breaker was open.
+func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
+
+// Options configures a Store. The zero value is ready to use: fail open,
+// 50ms deadline, breaker after 5 failures probing every second, a denial
+// cache of 65,536 keys, no metrics, logs to slog.Default().
+type Options struct {
+	// OnError is the failure policy when the context names none
+	// (WithOnError). The zero value is Open.
+	OnError Mode
+
+	// Instances is the expected number of processes sharing the store;
+	// the Local policy divides rates and bursts by it. Zero means 1.
+	Instances int
+
+	// Timeout is the deadline of every call to the wrapped store. Zero
+	// means 50ms.
+	Timeout time.Duration
+
+	// FailureThreshold is the number of consecutive failures that open the
+	// breaker. Zero means 5.
+	FailureThreshold int
+
+	// ProbeInterval is how long the breaker stays open before one call is
+	// let through to probe the store. Zero means one second.
+	ProbeInterval time.Duration
+
+	// DenialCacheSize caps the number of denied keys remembered. Zero
+	// means 65,536; negative disables the cache.
+	DenialCacheSize int
+
+	// LocalMaxKeys caps the keys of the Local policy's in-process store.
+	// Zero means 100,000.
+	LocalMaxKeys int
+
+	// Registerer, when set, receives the metrics:
+	// sluice_store_failure_decisions_total{on_error},
+	// sluice_store_breaker_state{state}, sluice_store_denial_cache_hits_total,
+	// sluice_store_call_duration_seconds and sluice_store_errors_total{reason}.
+	// A second Store on the same registry (a configuration reload) shares
+	// the series of the first.
+	Registerer prometheus.Registerer
+
+	// Logger receives the rate-limited warnings; nil means slog.Default().
+	Logger *slog.Logger
+
+	// LogInterval is the least time between two log lines about failure
+	// decisions; each line carries the count since the last. Zero means 10s.
+	LogInterval time.Duration
+
+	// OnDecision, when set, is called with every decision, synchronously:
+	// it must be fast and safe for concurrent use.
+	OnDecision func(Decision)
+}
+
+// Store is a sluice.Store that adds a deadline, a failure policy, a
+// circuit breaker and a denial cache to another one. It is safe for
+// concurrent use.
+type Store struct {
+	primary    sluice.Store
+	mode       Mode
+	instances  int64
+	timeout    time.Duration
+	start      time.Time // the origin of the monotonic clock
+	breaker    breaker
+	denials    *denialCache // nil when disabled
+	local      *memstore.Store
+	metrics    *metrics
+	log        limitedLog
+	onDecision func(Decision)
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New returns a Store in front of primary. Close it to stop the local
+// store's background sweep.
+func New(primary sluice.Store, opts Options) *Store {
+	s := &Store{
+		primary:    primary,
+		mode:       opts.OnError,
+		instances:  int64(max(opts.Instances, 1)),
+		timeout:    opts.Timeout,
+		start:      time.Now(),
+		onDecision: opts.OnDecision,
+	}
+	if s.timeout <= 0 {
+		s.timeout = 50 * time.Millisecond
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	interval := opts.LogInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	s.log = limitedLog{logger: logger, interval: int64(interval)}
+	s.metrics = newMetrics(opts.Registerer)
+
+	threshold := opts.FailureThreshold
+	if threshold <= 0 {
+		threshold = 5
+	}
+	probe := opts.ProbeInterval
+	if probe <= 0 {
+		probe = time.Second
+	}
+	s.breaker = breaker{threshold: int32(threshold), interval: int64(probe), onChange: s.stateChanged}
+	s.metrics.setState(StateClosed)
+
+	switch size := opts.DenialCacheSize; {
+	case size == 0:
+		s.denials = newDenialCache(65536, s.timeout)
+	case size > 0:
+		s.denials = newDenialCache(size, s.timeout)
+	}
+	maxKeys := opts.LocalMaxKeys
+	if maxKeys <= 0 {
+		maxKeys = 100_000
+	}
+	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	return s
+}
+
+// Close stops the background work of the local store. The Store still
+// answers afterwards. It does not close the wrapped store.
+func (s *Store) Close() error { return s.local.Close() }
+
+// State returns the breaker's state now.
+func (s *Store) State() State { return s.breaker.State() }
+
+// Check decides req: from the denial cache when it remembers a denial,
+// else by the wrapped store within the deadline, else by the failure
+// policy. The error wraps sluice.ErrInvalid or sluice.ErrCostExceedsBurst
+// for bad input, or ErrUnavailable under the Closed policy.
+func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	res, _, err := s.CheckDecision(ctx, req)
+	return res, err
+}
+
+// CheckDecision is Check that also says how the check was decided.
+func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.Result, Decision, error) {
+	if err := sluice.ValidateRequest(req); err != nil {
+		return sluice.Result{}, Decision{Key: req.Key}, err
+	}
+	now := s.clock()
+	remembered := false
+	if s.denials != nil {
+		var res sluice.Result
+		var hit bool
+		if res, hit, remembered = s.denials.lookup(req, now); hit {
+			s.metrics.denialHits.Inc()
+			return res, s.decided(Decision{Source: FromDenialCache, Key: req.Key}), nil
+		}
+	}
+	probe, ok := s.breaker.allow(now)
+	if !ok {
+		if remembered {
+			s.denials.forget(req.Key, req.Rules) // the policy decides, not a lease
+		}
+		return s.fallback(ctx, req, ErrCircuitOpen)
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	res, err := s.primary.Check(cctx, req)
+	cancel()
+	end := s.clock()
+	if err != nil && !invalid(err) {
+		if ctx.Err() != nil {
+			// The caller gave up (a client that disconnected): not the
+			// store's fault, and nothing to decide.
+			s.breaker.abandon(probe, end)
+			return sluice.Result{}, Decision{Key: req.Key}, err
+		}
+		s.metrics.observeCall(end-now, err)
+		s.breaker.failure(probe, end)
+		if remembered {
+			s.denials.forget(req.Key, req.Rules)
+		}
+		return s.fallback(ctx, req, err)
+	}
+	s.metrics.observeCall(end-now, nil)
+	s.breaker.success(probe)
+	if err != nil {
+		return res, Decision{Key: req.Key}, err
+	}
+	if s.denials != nil {
+		switch {
+		case !res.Allowed:
+			// From when the call was sent: the store decided after that,
+			// so the real retry time is never earlier than this one.
+			s.denials.remember(req, res, now)
+		case remembered:
+			s.denials.allowed(req, res, end)
+		}
+	}
+	return res, s.decided(Decision{Source: FromStore, Key: req.Key, Allowed: res.Allowed}), nil
+}
+
+// Adjust charges (delta > 0) or refunds (delta < 0) key's buckets in the
+// wrapped store, within the deadline. When the store fails: Open drops the
+// adjustment and reports success, Local applies it to the local bucket,
+// Closed returns an error wrapping ErrUnavailable. A refund forgets any
+// remembered denial of key for rules.
+func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+	if err := sluice.ValidateAdjust(key, rules); err != nil {
+		return sluice.Result{}, err
+	}
+	if delta < 0 && s.denials != nil {
+		s.denials.forget(key, rules)
+	}
+	now := s.clock()
+	probe, ok := s.breaker.allow(now)
+	cause := ErrCircuitOpen
+	if ok {
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		res, err := s.primary.Adjust(cctx, key, delta, rules)
+		cancel()
+		end := s.clock()
+		if err == nil || invalid(err) {
+			s.metrics.observeCall(end-now, nil)
+			s.breaker.success(probe)
+			return res, err
+		}
+		if ctx.Err() != nil {
+			s.breaker.abandon(probe, end)
+			return sluice.Result{}, err
+		}
+		s.metrics.observeCall(end-now, err)
+		s.breaker.failure(probe, end)
+		cause = err
+	}
+	mode := s.modeFor(ctx)
+	s.metrics.failureDecisions[mode].Inc()
+	s.log.failure(s.clock(), mode, cause)
+	switch mode {
+	case Closed:
+		return sluice.Result{}, unavailable(cause)
+	case Local:
+		var buf [sluice.MaxRules]sluice.Rule
+		return s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+	}
+	return fullResult(rules, 0), nil
+}
+
+// fallback decides req by the failure policy after the store failed with
+// cause (or was not called: ErrCircuitOpen).
+func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Decision, error) {
+	mode := s.modeFor(ctx)
+	s.metrics.failureDecisions[mode].Inc()
+	s.log.failure(s.clock(), mode, cause)
+	switch mode {
+	case Closed:
+		return sluice.Result{}, s.decided(Decision{Source: FromClosed, Key: req.Key, Err: cause}), unavailable(cause)
+	case Local:
+		var buf [sluice.MaxRules]sluice.Rule
+		local := req
+		local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
+		res, err := s.local.Check(ctx, local)
+		if err != nil {
+			return sluice.Result{}, Decision{Key: req.Key}, err
+		}
+		return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause}), nil
+	}
+	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause}), nil
+}
+
+func (s *Store) modeFor(ctx context.Context) Mode {
+	if m, ok := ctx.Value(modeKey{}).(Mode); ok && int(m) < len(modeNames) {
+		return m
+	}
+	return s.mode
+}
+
+func (s *Store) decided(d Decision) Decision {
+	if s.onDecision != nil {
+		s.onDecision(d)
+	}
+	return d
+}
+
+// localRules appends to buf the rules of the Local policy: rate and burst
+// divided by the number of instances, the burst at least 1 and at least
+// cost, so that a request the global rule could pass can pass here too.
+func (s *Store) localRules(buf, rules []sluice.Rule, cost int64) []sluice.Rule {
+	for _, r := range rules {
+		burst := max(r.Burst/s.instances, 1, cost)
+		buf = append(buf, sluice.Rule{Rate: r.Rate / float64(s.instances), Burst: burst})
+	}
+	return buf
+}
+
+// clock returns monotonic nanoseconds since New.
+func (s *Store) clock() int64 { return int64(time.Since(s.start)) }
+
+func (s *Store) stateChanged(from, to State) {
+	s.metrics.setState(to)
+	switch {
+	case to == StateOpen && from == StateClosed:
+		s.log.logger.Warn("resilient: circuit breaker open: the rate limit store is not called until a probe succeeds",
+			"failures", s.breaker.threshold, "probe_interval", time.Duration(s.breaker.interval))
+	case to == StateClosed:
+		s.log.logger.Info("resilient: circuit breaker closed: the rate limit store answers again")
+	}
+}
+
+// fullResult is the answer of the Open policy: allowed, as by a full bucket
+// (the state of a key the store knows nothing about).
+func fullResult(rules []sluice.Rule, cost int64) sluice.Result {
+	best := 0
+	for i, r := range rules {
+		if r.Burst < rules[best].Burst {
+			best = i
+		}
+	}
+	r := rules[best]
+	return sluice.Result{
+		Allowed:    true,
+		Rule:       best,
+		Limit:      r.Burst,
+		Remaining:  max(r.Burst-cost, 0),
+		ResetAfter: time.Duration(float64(cost) / r.Rate * float64(time.Second)).Round(time.Microsecond),
+	}
+}
+
+func invalid(err error) bool {
+	return errors.Is(err, sluice.ErrInvalid) || errors.Is(err, sluice.ErrCostExceedsBurst)
+}
+
+func unavailable(cause error) error {
+	if cause == ErrCircuitOpen {
+		return errClosedCircuit
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
