@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/demo"
+)
+
+// binary is the sluice command, built once for the tests that are about
+// the process: exit status, signals, output.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String(), errb.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+func TestCheckConfigExample(t *testing.T) {
+	code, out, errOut := runBinary(t, "check-config", "../../examples/sluice.yaml")
+	if code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestCheckConfigRejects runs the binary on malformed files: each exits 2
+// with file:line: field on stderr.
+func TestCheckConfigRejects(t *testing.T) {
+	dir := t.TempDir()
+	for i, tc := range []struct{ data, want string }{
+		{"listen: 127.0.0.1:8080\nstoer: {}\n", ":2: stoer: unknown field"},
+		{"policies:\n  - name: a\n    match: /\n    anonymous: [{rate: 10/x, burst: 5}]\n", ":4: policies[0].anonymous[0].rate:"},
+		{"policies:\n  - name: a\n    match: /\n    anonymous:\n      - {rate: 1/s, burst: 0}\n", ":5: policies[0].anonymous[0].burst: 0"},
+		{"policies:\n  - name: a\n    match: /\n    cost: 9\n    anonymous: [{rate: 1/s, burst: 5}]\n", ":5: policies[0].anonymous[0].burst: 5 is below the policy's cost 9"},
+		{"policies:\n  - name: a\n    match: \"GET /{x\"\n    anonymous: [{rate: 1/s, burst: 5}]\n", ":3: policies[0].match:"},
+		{"policies:\n  - {name: a, match: /a, anonymous: [{rate: 1/s, burst: 1}]}\n  - {name: a, match: /b, anonymous: [{rate: 1/s, burst: 1}]}\n", ":3: policies[1].name:"},
+		{"identity:\n  api_keys_file: /nonexistent/keys\n", ":2: identity.api_keys_file: cannot read"},
+		{"trusted_proxies:\n  - 10.0.0.0/99\n", ":2: trusted_proxies[0]:"},
+		{"policies:\n  - name: a\n    match: /\n    anonymous: [{rate: 1/s, burst: 1}]\n    max_delay: -2s\n", ":5: policies[0].max_delay: -2s"},
+		{"headers: some\n", ":1: headers: \"some\""},
+		{"store:\n  type: redis\n  redis: {url: \"ftp://x\"}\n", ":3: store.redis.url:"},
+		{"policies:\n  - name: a\n    match: /\n    mode: loud\n    anonymous: [{rate: 1/s, burst: 1}]\n", ":4: policies[0].mode: \"loud\""},
+	} {
+		path := filepath.Join(dir, fmt.Sprintf("bad%d.yaml", i))
+		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := runBinary(t, "check-config", path)
+		if code != 2 || !strings.Contains(errOut, path+tc.want) {
+			t.Errorf("file %d: exit %d, stderr %q; want 2 and %q", i, code, errOut, path+tc.want)
+		}
+		if i < 3 { // serve refuses the same files the same way
+			if code, _, errOut := runBinary(t, "serve", "--config", path); code != 2 || !strings.Contains(errOut, path+tc.want) {
+				t.Errorf("serve file %d: exit %d, stderr %q", i, code, errOut)
+			}
+		}
+	}
+	if code, _, _ := runBinary(t, "check-config", filepath.Join(dir, "missing.yaml")); code != 2 {
+		t.Errorf("missing file: exit %d, want 2", code)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := runBinary(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, cmd := range []string{"serve", "check-config", "demo", "demo-upstream", "advise", "simulate"} {
+		if !strings.Contains(out, "  "+cmd) {
+			t.Errorf("--help does not describe %s", cmd)
+		}
+	}
+	for _, cmd := range []string{"serve", "check-config", "demo", "demo-upstream"} {
+		code, out, _ := runBinary(t, cmd, "--help")
+		if code != 0 || !strings.Contains(out, "Usage: sluice "+cmd) {
+			t.Errorf("%s --help: exit %d, %q", cmd, code, out)
+		}
+	}
+	if code, _, errOut := runBinary(t, "frobnicate"); code != 2 || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("unknown command: exit %d, %q", code, errOut)
+	}
+}
+
+// server is a running `sluice serve` process.
+type server struct {
+	cmd           *exec.Cmd
+	traffic       string
+	admin         string
+	mu            sync.Mutex
+	log           bytes.Buffer
+	exited        chan struct{}
+	exitCode      int
+	listenPattern *regexp.Regexp
+}
+
+func (s *server) logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// waitLog waits until the log holds n lines containing substr.
+func (s *server) waitLog(t *testing.T, substr string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(s.logs(), substr) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log:\n%s", substr, s.logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func startServe(t *testing.T, configPath string) *server {
+	t.Helper()
+	s := &server{cmd: exec.Command(binary, "serve", "--config", configPath), exited: make(chan struct{})}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 1)
+	re := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+)`)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.log.WriteString(line + "\n")
+			s.mu.Unlock()
+			if m := re.FindStringSubmatch(line); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+		_ = s.cmd.Wait()
+		s.exitCode = s.cmd.ProcessState.ExitCode()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	})
+	select {
+	case a := <-addrs:
+		s.traffic, s.admin = "http://"+a[0], "http://"+a[1]
+	case <-s.exited:
+		t.Fatalf("sluice serve exited %d:\n%s", s.exitCode, s.logs())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("sluice serve did not start:\n%s", s.logs())
+	}
+	return s
+}
+
+func get(t *testing.T, url string, header ...string) (*http.Response, string) {
+	t.Helper()
+	return send(t, "GET", url, "", header...)
+}
+
+func send(t *testing.T, method, url, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+const e2eConfig = `listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: %s
+policies:
+  - name: products
+    match: "GET /products/"
+    anonymous: [{rate: 1/h, burst: %d}]
+  - name: ai
+    match: "POST /ai/"
+    cost_header: X-Sluice-Cost
+    anonymous: [{rate: 1/h, burst: 100}]
+`
+
+// TestServe runs the binary end to end: proxying with limits, the decision
+// API, the admin listener, SIGHUP with a broken and then a good file, and
+// SIGTERM.
+func TestServe(t *testing.T) {
+	upstream := httptest.NewServer(demo.Handler())
+	defer upstream.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	writeConfig := func(data string) {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig(fmt.Sprintf(e2eConfig, upstream.URL, 3))
+	s := startServe(t, path)
+
+	// Limited proxying: burst 3, then 429.
+	var codes []int
+	for range 5 {
+		resp, _ := get(t, s.traffic+"/products/1")
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429 429]" {
+		t.Fatalf("statuses %v, want three 200 then 429", codes)
+	}
+	resp, body := get(t, s.traffic+"/products/1")
+	if resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit-Policy") != `"products";q=3;w=10800` || !strings.Contains(body, "rate_limit_exceeded") {
+		t.Fatalf("429: %v %s", resp.Header, body)
+	}
+	if resp, body := get(t, s.traffic+"/"); resp.StatusCode != 200 || !strings.Contains(body, "demo upstream") {
+		t.Fatalf("unlimited path: %d %s", resp.StatusCode, body)
+	}
+	// Charged after the fact: 4 words cost 12; the header does not leak.
+	resp, _ = send(t, "POST", s.traffic+"/ai/complete", "one two three four")
+	if resp.Header.Get("X-Sluice-Cost") != "" || resp.Header.Get("RateLimit-Remaining") != "88" {
+		t.Fatalf("ai: cost header %q, remaining %q; want none and 88", resp.Header.Get("X-Sluice-Cost"), resp.Header.Get("RateLimit-Remaining"))
+	}
+
+	// Decision API.
+	for _, tc := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"policy":"products","key":"user-1024","cost":1}`, 200, `"allowed":true,"policy":"products","limit":3,"remaining":2`},
+		{`{"policy":"products","key":"user-1024"}`, 200, `"remaining":1`},
+		{`{"policy":"products","key":"user-1024","cost":2}`, 200, `"allowed":false`},
+		{`{"policy":"products","key":"user-1024","cost":-1}`, 400, `"error":"invalid_request"`},
+		{`{"policy":"products","key":"user-1024","cost":4}`, 400, `cost 4 is above the burst 3`},
+		{`{"policy":"nope","key":"k"}`, 404, `"error":"unknown_policy"`},
+		{`{"policy":"products"}`, 400, `key is missing`},
+		{`{"policy":`, 400, `"error":"invalid_request"`},
+		{`{"policy":"products","key":"k","extra":1}`, 400, `unknown field`},
+		{`[1,2]`, 400, `"error":"invalid_request"`},
+	} {
+		resp, body := send(t, "POST", s.traffic+"/v1/check", tc.body)
+		if resp.StatusCode != tc.status || !strings.Contains(body, tc.want) || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("/v1/check %s: %d %s; want %d with %s", tc.body, resp.StatusCode, body, tc.status, tc.want)
+		}
+		if resp.StatusCode != 200 {
+			var e map[string]string
+			if err := json.Unmarshal([]byte(body), &e); err != nil || e["message"] == "" {
+				t.Errorf("error body %q is not a JSON error", body)
+			}
+		}
+	}
+	if resp, _ := get(t, s.traffic+"/v1/check"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/check: %d", resp.StatusCode)
+	}
+
+	// Admin listener.
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if resp, _ := get(t, s.admin+p); resp.StatusCode != 200 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+	_, metrics := get(t, s.admin+"/metrics")
+	for _, want := range []string{`sluice_decisions_total{outcome="denied",policy="products"} 4`, `sluice_decisions_total{outcome="allowed",policy="products"} 5`, "sluice_store_duration_seconds_bucket"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	// SIGHUP with a broken file: logged, old policies stay.
+	writeConfig(fmt.Sprintf(e2eConfig, upstream.URL, 3) + "    burts: 1\n")
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLog(t, "keeping the running one", 1)
+	if !strings.Contains(s.logs(), "burts: unknown field") {
+		t.Errorf("reload error does not name the field:\n%s", s.logs())
+	}
+	if resp, _ := get(t, s.traffic+"/products/1"); resp.StatusCode != 429 || resp.Header.Get("RateLimit-Limit") != "3" {
+		t.Fatalf("after a broken reload: %d limit %q, want the old policy's 429", resp.StatusCode, resp.Header.Get("RateLimit-Limit"))
+	}
+
+	// SIGHUP with a good file: the new policy applies. (A policy that keeps
+	// its name and number of rules keeps its buckets; this one is new.)
+	writeConfig(strings.Replace(fmt.Sprintf(e2eConfig, upstream.URL, 50), "name: products", "name: catalog", 1))
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLog(t, "configuration reloaded", 1)
+	if resp, _ := get(t, s.traffic+"/products/1"); resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"catalog";q=50;w=180000` {
+		t.Fatalf("after a good reload: %d policy %q, want 200 and the catalog policy", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	}
+
+	// SIGTERM: a clean exit.
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	if s.exitCode != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", s.exitCode, s.logs())
+	}
+}
+
+// TestServeDecisionAPIOnly: without an upstream only /v1/check is served.
+func TestServeDecisionAPIOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	data := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, path)
+	if resp, body := get(t, s.traffic+"/anything"); resp.StatusCode != 404 || !strings.Contains(body, "no upstream") {
+		t.Fatalf("no upstream: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := send(t, "POST", s.traffic+"/v1/check", `{"policy":"api","key":"k"}`); resp.StatusCode != 200 || !strings.Contains(body, `"allowed":true`) {
+		t.Fatalf("decision API: %d %s", resp.StatusCode, body)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+	if s.exitCode != 0 {
+		t.Fatalf("exit %d after SIGINT", s.exitCode)
+	}
+}
