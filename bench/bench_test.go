@@ -46,29 +46,26 @@ func redisServer(b *testing.B) *RedisServer {
 }
 
 // BenchmarkMemory runs every in-memory limiter on every workload, callers
-// count and cost. The limiters of a workload are built together and warmed
-// with every key of it, so the figures are of the steady state, not of the
-// first insertion of each key; the libraries take turns at each setting,
-// so that a change in the machine's load hits them all alike.
+// count and cost. A limiter is built once per workload and warmed with
+// every key of it, so the figures are of the steady state, not of the
+// first insertion of each key. One limiter lives at a time: the testing
+// package collects garbage before every run, and the peers' millions of
+// heap objects would otherwise slow every other library's runs.
 func BenchmarkMemory(b *testing.B) {
 	for _, wn := range Workloads {
 		w := GetWorkload(wn)
-		lims := make([]Limiter, len(MemoryLibraries))
-		for i, lib := range MemoryLibraries {
-			lims[i] = NewMemory(lib)
+		for _, lib := range MemoryLibraries {
+			lim := NewMemory(lib)
 			for _, k := range w.Keys {
-				if _, err := lims[i].Allow(ctx, k, 1); err != nil {
+				if _, err := lim.Allow(ctx, k, 1); err != nil {
 					b.Fatal(err)
 				}
 			}
-		}
-		for _, c := range callerCounts {
-			for _, cost := range costs {
-				for i, lib := range MemoryLibraries {
+			for _, c := range callerCounts {
+				for _, cost := range costs {
 					if cost > 1 && !SupportsCost(lib) {
 						continue
 					}
-					lim := lims[i]
 					name := fmt.Sprintf("w=%s/c=%d/cost=%d/lib=%s", wn, c, cost, LibID(lib))
 					b.Run(name, func(b *testing.B) {
 						cs := NewCallers(w, c, memSampleEvery)
@@ -83,12 +80,10 @@ func BenchmarkMemory(b *testing.B) {
 					})
 				}
 			}
-		}
-		for _, lim := range lims {
 			lim.Close()
+			lim = nil
+			runtime.GC()
 		}
-		lims = nil
-		runtime.GC()
 	}
 }
 

@@ -49,8 +49,9 @@ var Workloads = []string{"hot", "uniform100k", "zipf1M"}
 
 // GetWorkload returns the named workload, built once: "hot" (one key),
 // "uniform100k" (100,000 keys, uniform) or "zipf1M" (1,000,000 keys,
-// Zipf s=1.1: the most used key takes about a tenth of the checks and
-// half the checks go to a few hundred keys; the rest is a long tail).
+// Zipf s=1.1: the most used key takes an eighth of the checks, half of
+// them go to 69 keys and 90% to 62,000; the sequence of 4M checks touches
+// about 350,000 distinct keys, and the warm-up all million).
 func GetWorkload(name string) *Workload {
 	workloadsMu.Lock()
 	defer workloadsMu.Unlock()
