@@ -140,6 +140,11 @@ type Options struct {
 
 	Fallback Fallback
 
+	// StoreTimeout, when positive, is the deadline of every store call, so
+	// that a store that hangs costs a request at most this long before
+	// OnError (or the Fallback) decides. Zero leaves deadlines to the store.
+	StoreTimeout time.Duration
+
 	// Metrics, when non-nil, counts decisions and times the store.
 	Metrics *Metrics
 
@@ -167,6 +172,7 @@ type Limiter struct {
 	errLog    logLimiter
 	shadowLog logLimiter
 	wait      func(context.Context, time.Duration) bool // tests replace it
+	timeout   time.Duration
 }
 
 // policy is a Policy compiled for the hot path.
@@ -203,6 +209,7 @@ func New(opts Options) (*Limiter, error) {
 		metrics:  opts.Metrics,
 		log:      opts.Logger,
 		wait:     wait,
+		timeout:  opts.StoreTimeout,
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
@@ -427,7 +434,15 @@ func (l *Limiter) matchRedirect(r *http.Request) *policy {
 // check asks the store, timing it.
 func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
 	start := time.Now()
-	res, err := l.store.Check(ctx, req)
+	var res sluice.Result
+	var err error
+	if l.timeout > 0 {
+		tctx, cancel := context.WithTimeout(ctx, l.timeout)
+		res, err = l.store.Check(tctx, req)
+		cancel()
+	} else {
+		res, err = l.store.Check(ctx, req)
+	}
 	l.metrics.observe(opCheck, time.Since(start), err)
 	if err != nil && p.Local && l.fallback != nil && !isInputError(err) {
 		if fres, ok := l.fallback(ctx, p.Name, req, err); ok {
@@ -440,6 +455,11 @@ func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (slu
 
 func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
 	start := time.Now()
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
 	res, err := l.store.Adjust(ctx, key, delta, rules)
 	l.metrics.observe(opAdjust, time.Since(start), err)
 	if err != nil {

@@ -128,6 +128,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Logger = g.log
 	if g.store != sluice.Store(g.local) {
 		opts.Fallback = httplimit.LocalFallback(g.local, cfg.Store.Instances)
+		opts.StoreTimeout = cfg.Store.Redis.Timeout
 	}
 	lim, err := httplimit.New(opts)
 	if err != nil {
@@ -219,7 +220,7 @@ func (g *Gateway) Admin() http.Handler {
 // failure policy lets requests through (on_error open or local).
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
 	defer cancel()
 	_, err := g.store.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 0, Rules: readyRule})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func newGateway(t *testing.T, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", t.TempDir(), []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	traffic := httptest.NewServer(g)
+	admin := httptest.NewServer(g.Admin())
+	t.Cleanup(traffic.Close)
+	t.Cleanup(admin.Close)
+	return g, traffic, admin
+}
+
+func status(t *testing.T, url string, header ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestForwardedForToUpstream: the upstream sees the client the gateway
+// keyed, never a header a client forged.
+func TestForwardedForToUpstream(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Header.Get("X-Forwarded-For"))
+	}))
+	defer upstream.Close()
+	_, untrusted, _ := newGateway(t, "upstream: "+upstream.URL+"\n")
+	if _, got := status(t, untrusted.URL+"/", "X-Forwarded-For", "6.6.6.6"); got != "127.0.0.1" {
+		t.Errorf("untrusted peer: upstream saw X-Forwarded-For %q, want 127.0.0.1", got)
+	}
+	_, trusted, _ := newGateway(t, "upstream: "+upstream.URL+"\ntrusted_proxies: [127.0.0.1]\n")
+	if _, got := status(t, trusted.URL+"/", "X-Forwarded-For", "203.0.113.9"); got != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("trusted peer: upstream saw X-Forwarded-For %q", got)
+	}
+}
+
+// TestRedisSharedAcrossGateways runs two gateways on one real Redis: a
+// client that spreads its requests over both still gets one limit. When
+// Redis dies, on_error decides: open serves, closed answers 503, and
+// /readyz follows.
+func TestRedisSharedAcrossGateways(t *testing.T) {
+	srv := redistest.Start(t)
+	conf := func(onError string) string {
+		return fmt.Sprintf(`store:
+  type: redis
+  redis: {url: "redis://%s/0", timeout: 200ms}
+  on_error: %s
+policies:
+  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 4}]}
+`, srv.Addr(), onError)
+	}
+	_, a, adminA := newGateway(t, conf("open"))
+	_, b, adminB := newGateway(t, conf("closed"))
+	var codes []int
+	for i := range 6 {
+		url := a.URL
+		if i%2 == 1 {
+			url = b.URL
+		}
+		code, _ := status(t, url+"/x")
+		codes = append(codes, code)
+	}
+	// The first call to /x had no upstream: 404 is the pass.
+	if fmt.Sprint(codes) != "[404 404 404 404 429 429]" {
+		t.Fatalf("statuses over two gateways %v, want four passes then 429", codes)
+	}
+	if code, _ := status(t, adminA.URL+"/readyz"); code != 200 {
+		t.Fatalf("readyz with Redis up: %d", code)
+	}
+	srv.Kill()
+	if code, _ := status(t, a.URL+"/x"); code != 404 {
+		t.Errorf("on_error open, Redis down: %d, want the request served", code)
+	}
+	if code, body := status(t, b.URL+"/x"); code != 503 || !strings.Contains(body, "rate_limiter_unavailable") {
+		t.Errorf("on_error closed, Redis down: %d %s, want 503", code, body)
+	}
+	if code, _ := status(t, adminA.URL+"/readyz"); code != 200 {
+		t.Errorf("readyz, Redis down, open: %d, want 200", code)
+	}
+	if code, _ := status(t, adminB.URL+"/readyz"); code != 503 {
+		t.Errorf("readyz, Redis down, closed: %d, want 503", code)
+	}
+}
+
+// TestLocalFallback: with on_error local a dead Redis is replaced by a
+// local bucket of the rate divided by the number of gateways.
+func TestLocalFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	_, gw, _ := newGateway(t, fmt.Sprintf(`store:
+  type: redis
+  redis: {url: "redis://%s/0", timeout: 200ms}
+  on_error: local
+  instances: 2
+policies:
+  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 6}]}
+`, srv.Addr()))
+	srv.Kill()
+	var codes []int
+	for range 4 {
+		code, _ := status(t, gw.URL+"/x")
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[404 404 404 429]" {
+		t.Fatalf("local fallback %v, want three passes (6 / 2 gateways) then 429", codes)
+	}
+}
