@@ -250,9 +250,8 @@ func TestConfigAndChart(t *testing.T) {
 	dir := t.TempDir()
 	path := genFile(t, dir, loggen.Options{Seed: 3, Format: loggen.Combined, Rate: 300, Users: 200, IPs: 500}, 4<<20)
 	out := filepath.Join(dir, "sluice.yaml")
-	charts := filepath.Join(dir, "charts")
 	var stdout, stderr bytes.Buffer
-	code := Command([]string{path, "--out-config", out, "--chart", charts, "--window", "7d"}, nil, &stdout, &stderr)
+	code := Command([]string{path, "--out-config", out, "--window", "7d"}, nil, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -297,6 +296,26 @@ func TestConfigAndChart(t *testing.T) {
 	}
 	if n != len(rep.Classes) {
 		t.Errorf("%d rules in the config, %d classes", n, len(rep.Classes))
+	}
+}
+
+// TestChart writes the charts of a small log and decodes each as a PNG.
+func TestChart(t *testing.T) {
+	t.Parallel()
+	var evs []loggen.Event
+	for i := range 300 {
+		for r := range 1 + i%7 {
+			evs = append(evs, ev(t0+int64(i), "GET", "/c", fmt.Sprintf("10.0.0.%d", i%5), ""))
+			if r == 0 {
+				evs = append(evs, ev(t0+int64(i), "POST", "/d", "10.0.0.1", "u"))
+			}
+		}
+	}
+	path := writeEvents(t, "chart.log", evs)
+	charts := filepath.Join(t.TempDir(), "charts")
+	rep, err := Run(Options{Inputs: []string{path}, ChartDir: charts, ChartFormat: "png", MaxClasses: 10})
+	if err != nil {
+		t.Fatal(err)
 	}
 	pngs, _ := filepath.Glob(filepath.Join(charts, "*.png"))
 	if len(pngs) != len(rep.Classes) {
