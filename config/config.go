@@ -15,7 +15,8 @@
 // so an empty file is a valid configuration: an in-memory store, the decision
 // API only, and no policies.
 //
-// Beside the fields of SPEC §4 the file may set: ipv6_prefix (how many
+// Beside the fields of SPEC §4 the file may set: forwarded_header (which
+// header the trusted proxies write: auto, x-forwarded-for or forwarded); ipv6_prefix (how many
 // leading bits of an IPv6 client address key it, default 64); per policy
 // on_error (overrides store.on_error), cost_header (a response header in
 // which the upstream reports the real cost, charged after the fact) and
@@ -39,15 +40,16 @@ import (
 // Config is one gateway configuration. Load fills it from a file and
 // validates it; its zero value (after Defaults) is a valid configuration.
 type Config struct {
-	Listen         string   `yaml:"listen"`       // traffic listener; default 127.0.0.1:8080
-	AdminListen    string   `yaml:"admin_listen"` // /metrics /healthz /readyz; default 127.0.0.1:9090
-	Upstream       string   `yaml:"upstream"`     // reverse proxy target; empty: decision API only
-	Store          Store    `yaml:"store"`
-	TrustedProxies []string `yaml:"trusted_proxies"` // CIDRs (or single addresses)
-	Headers        string   `yaml:"headers"`         // legacy | draft | both | none; default both
-	IPv6Prefix     int      `yaml:"ipv6_prefix"`     // bits that key an IPv6 client; default 64
-	Identity       Identity `yaml:"identity"`
-	Policies       []Policy `yaml:"policies"`
+	Listen          string   `yaml:"listen"`       // traffic listener; default 127.0.0.1:8080
+	AdminListen     string   `yaml:"admin_listen"` // /metrics /healthz /readyz; default 127.0.0.1:9090
+	Upstream        string   `yaml:"upstream"`     // reverse proxy target; empty: decision API only
+	Store           Store    `yaml:"store"`
+	TrustedProxies  []string `yaml:"trusted_proxies"`  // CIDRs (or single addresses)
+	ForwardedHeader string   `yaml:"forwarded_header"` // what they write: auto | x-forwarded-for | forwarded
+	Headers         string   `yaml:"headers"`          // legacy | draft | both | none; default both
+	IPv6Prefix      int      `yaml:"ipv6_prefix"`      // bits that key an IPv6 client; default 64
+	Identity        Identity `yaml:"identity"`
+	Policies        []Policy `yaml:"policies"`
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -178,6 +180,7 @@ func (c *Config) Defaults() {
 	def(&c.Store.Type, "memory")
 	def(&c.Store.OnError, "open")
 	def(&c.Headers, "both")
+	def(&c.ForwardedHeader, "auto")
 	def(&c.Identity.APIKeyHeader, "X-API-Key")
 	def(&c.Identity.JWT.Header, "Authorization")
 	if c.Store.MaxKeys == 0 {

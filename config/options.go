@@ -14,6 +14,12 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		TrustedProxies: c.keys.proxies,
 		IPv6Prefix:     c.IPv6Prefix,
 	}
+	switch c.ForwardedHeader {
+	case "x-forwarded-for":
+		opts.ForwardedFrom = httplimit.FromXForwardedFor
+	case "forwarded":
+		opts.ForwardedFrom = httplimit.FromForwarded
+	}
 	switch c.Headers {
 	case "legacy":
 		opts.Headers = httplimit.HeadersLegacy

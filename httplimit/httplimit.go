@@ -128,6 +128,11 @@ type Options struct {
 	// header is believed. Empty: the connection's address is the client.
 	TrustedProxies []netip.Prefix
 
+	// ForwardedFrom says which header the trusted proxies write. Name the
+	// one yours sets (and appends to), so that a client cannot slip in the
+	// other; the default reads X-Forwarded-For, or Forwarded without it.
+	ForwardedFrom ForwardedFrom
+
 	// IPv6Prefix is how many leading bits of an IPv6 address key a client;
 	// zero means 64.
 	IPv6Prefix int
@@ -163,6 +168,7 @@ type Limiter struct {
 	mux       *http.ServeMux
 	byName    map[string]*policy
 	proxies   []netip.Prefix
+	forwarded ForwardedFrom
 	ipv6Bits  int
 	headers   HeaderMode
 	auth      []Authenticator
@@ -198,18 +204,19 @@ func New(opts Options) (*Limiter, error) {
 		return nil, errors.New("httplimit: Options.Store is nil")
 	}
 	l := &Limiter{
-		store:    opts.Store,
-		mux:      http.NewServeMux(),
-		byName:   make(map[string]*policy, len(opts.Policies)),
-		proxies:  opts.TrustedProxies,
-		ipv6Bits: opts.IPv6Prefix,
-		headers:  opts.Headers,
-		auth:     opts.Authenticators,
-		fallback: opts.Fallback,
-		metrics:  opts.Metrics,
-		log:      opts.Logger,
-		wait:     wait,
-		timeout:  opts.StoreTimeout,
+		store:     opts.Store,
+		mux:       http.NewServeMux(),
+		byName:    make(map[string]*policy, len(opts.Policies)),
+		proxies:   opts.TrustedProxies,
+		forwarded: opts.ForwardedFrom,
+		ipv6Bits:  opts.IPv6Prefix,
+		headers:   opts.Headers,
+		auth:      opts.Authenticators,
+		fallback:  opts.Fallback,
+		metrics:   opts.Metrics,
+		log:       opts.Logger,
+		wait:      wait,
+		timeout:   opts.StoreTimeout,
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64

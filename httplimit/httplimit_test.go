@@ -266,6 +266,11 @@ func TestClientIP(t *testing.T) {
 			if got := ClientIP(r, trusted).String(); got != tc.want {
 				t.Errorf("ClientIP = %s, want %s", got, tc.want)
 			}
+			if tc.xff != nil && tc.fwd != nil {
+				if got := clientIP(r, trusted, FromForwarded).String(); got != "203.0.113.2" {
+					t.Errorf("from Forwarded only: %s", got)
+				}
+			}
 		})
 	}
 }

@@ -61,7 +61,7 @@ func APIKeys(header string, keys map[[32]byte]string) Authenticator {
 
 // clientAddr is ClientIP grouped by the limiter's IPv6 prefix.
 func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
-	a := ClientIP(r, l.proxies)
+	a := clientIP(r, l.proxies, l.forwarded)
 	if a.Is6() && l.ipv6Bits < 128 {
 		if p, err := a.Prefix(l.ipv6Bits); err == nil {
 			return p.Addr()
@@ -80,14 +80,30 @@ func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
 // used. IPv4-mapped IPv6 addresses are unmapped; zones are dropped. An
 // unparseable RemoteAddr gives the zero Addr.
 func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	return clientIP(r, trusted, FromEither)
+}
+
+// ForwardedFrom names the header that trusted proxies write.
+type ForwardedFrom int
+
+const (
+	// FromEither reads X-Forwarded-For, or Forwarded when there is none.
+	FromEither ForwardedFrom = iota
+	// FromXForwardedFor reads only X-Forwarded-For.
+	FromXForwardedFor
+	// FromForwarded reads only Forwarded (RFC 7239).
+	FromForwarded
+)
+
+func clientIP(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) netip.Addr {
 	peer := parseHost(r.RemoteAddr)
 	if !peer.IsValid() || !inAny(peer, trusted) {
 		return peer
 	}
-	if v := r.Header["X-Forwarded-For"]; len(v) > 0 {
+	if v := r.Header["X-Forwarded-For"]; len(v) > 0 && from != FromForwarded {
 		return walkHops(peer, trusted, v, nextXFF)
 	}
-	if v := r.Header["Forwarded"]; len(v) > 0 {
+	if v := r.Header["Forwarded"]; len(v) > 0 && from != FromXForwardedFor {
 		return walkHops(peer, trusted, v, nextForwarded)
 	}
 	return peer

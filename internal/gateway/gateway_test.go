@@ -14,6 +14,10 @@ import (
 )
 
 func newGateway(t *testing.T, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {
+	return newGatewayB(t, yaml)
+}
+
+func newGatewayB(t testing.TB, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", t.TempDir(), []byte(yaml))
 	if err != nil {
