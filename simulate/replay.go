@@ -1,0 +1,128 @@
+package simulate
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// readLog reads an access log for the replay scenario: Common or Combined
+// Log Format, or JSON lines, detected per line. Only two things are taken
+// from a line: its time and its client key (the CLF host, or the JSON
+// "key", "client", "client_ip", "remote_addr", "ip" or "user" field).
+// Lines that carry no time or key are counted and skipped. A log's times
+// are often whole seconds; the requests of one second are spread evenly
+// over it, since the log only says they came some time in it.
+func readLog(r io.Reader) (traffic, int, error) {
+	type line struct {
+		at  int64
+		key string
+	}
+	var lines []line
+	bad := 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var at time.Time
+		var key string
+		var ok bool
+		if text[0] == '{' {
+			at, key, ok = parseJSONLine(text)
+		} else {
+			at, key, ok = parseCLFLine(text)
+		}
+		if !ok {
+			bad++
+			continue
+		}
+		lines = append(lines, line{at.UnixMicro(), key})
+	}
+	if err := sc.Err(); err != nil {
+		return traffic{}, bad, fmt.Errorf("reading the log: %w", err)
+	}
+	if len(lines) == 0 {
+		return traffic{}, bad, fmt.Errorf("no line of the log has a time and a client key (%d malformed); want Common Log Format or JSON lines", bad)
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return cmpInt(a.at, b.at) })
+
+	tr := traffic{name: "replay"}
+	index := map[string]int32{}
+	for i := 0; i < len(lines); {
+		j := i // lines[i:j] share one whole second
+		for j < len(lines) && lines[j].at == lines[i].at {
+			j++
+		}
+		spread := int64(0)
+		if lines[i].at%1_000_000 == 0 {
+			spread = 1_000_000 / int64(j-i)
+		}
+		for k := i; k < j; k++ {
+			id, ok := index[lines[k].key]
+			if !ok {
+				id = int32(len(tr.keys))
+				index[lines[k].key] = id
+				tr.keys = append(tr.keys, lines[k].key)
+			}
+			tr.events = append(tr.events, event{lines[k].at + int64(k-i)*spread, id})
+		}
+		i = j
+	}
+	tr.about = strconv.Itoa(len(tr.keys)) + " clients from the log"
+	return tr, bad, nil
+}
+
+// parseCLFLine reads `host ident user [02/Jan/2006:15:04:05 -0700] "…" …`.
+func parseCLFLine(s string) (time.Time, string, bool) {
+	host, rest, ok := strings.Cut(s, " ")
+	if !ok || host == "" {
+		return time.Time{}, "", false
+	}
+	open := strings.IndexByte(rest, '[')
+	end := strings.IndexByte(rest, ']')
+	if open < 0 || end < open {
+		return time.Time{}, "", false
+	}
+	at, err := time.Parse("02/Jan/2006:15:04:05 -0700", rest[open+1:end])
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return at, host, true
+}
+
+// parseJSONLine reads a JSON object's time (RFC 3339 text, or Unix seconds
+// as a number) and client key.
+func parseJSONLine(s string) (time.Time, string, bool) {
+	var m map[string]any
+	if json.Unmarshal([]byte(s), &m) != nil {
+		return time.Time{}, "", false
+	}
+	var at time.Time
+	for _, f := range []string{"time", "timestamp", "ts", "@timestamp"} {
+		switch v := m[f].(type) {
+		case string:
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				at = t
+			}
+		case float64:
+			at = time.UnixMicro(int64(v * 1e6))
+		}
+		if !at.IsZero() {
+			break
+		}
+	}
+	for _, f := range []string{"key", "client", "client_ip", "remote_addr", "ip", "user"} {
+		if v, ok := m[f].(string); ok && v != "" && !at.IsZero() {
+			return at, v, true
+		}
+	}
+	return time.Time{}, "", false
+}
