@@ -543,3 +543,51 @@ func TestMaxClassesFold(t *testing.T) {
 		t.Errorf("fold class: %+v", c)
 	}
 }
+
+func TestGenerateCommand(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "g.log.gz")
+	var stdout, stderr bytes.Buffer
+	if code := Command([]string{"generate", "--lines", "2000", "--format", "mixed", "-o", out}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	stdout.Reset()
+	if code := Command([]string{out, "--json", "--window", "0"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Lines != 2000 || rep.Malformed != 0 {
+		t.Errorf("lines %d malformed %d, want 2000 and 0", rep.Lines, rep.Malformed)
+	}
+	var n uint64
+	for _, c := range rep.Classes {
+		for _, b := range c.Histogram {
+			n += uint64(b.Count) * b.Freq
+		}
+	}
+	if n != 2000 {
+		t.Errorf("histograms hold %d requests, want 2000", n)
+	}
+	if code := Command([]string{"generate", "--size", "0"}, nil, &stdout, &stderr); code != 1 {
+		t.Errorf("generate without a limit: exit %d, want 1", code)
+	}
+	if code := Command([]string{"--window", "soon", out}, nil, &stdout, &stderr); code != 2 {
+		t.Errorf("bad flag: exit %d, want 2", code)
+	}
+}
+
+// BenchmarkRun measures the first pass end to end (read, parse, count,
+// propose) on a 32 MB mixed log.
+func BenchmarkRun(b *testing.B) {
+	path := genFile(b, b.TempDir(), loggen.Options{Seed: 5, Format: loggen.Mixed}, 32e6)
+	b.SetBytes(32e6)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Run(Options{Inputs: []string{path}, Window: 7 * 24 * time.Hour, MaxClasses: 200, NoReplay: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -43,7 +43,7 @@ func writeChart(path string, c ClassReport) error {
 	h := &plotter.Histogram{Width: 1, FillColor: color.RGBA{R: 80, G: 120, B: 200, A: 255}, LogY: true}
 	h.LineStyle.Width = vg.Points(0.5)
 	minShare := 1.0
-	for _, b := range c.bins {
+	for _, b := range c.Histogram {
 		if float64(b.Count) > limit {
 			break
 		}

@@ -66,25 +66,25 @@ func (h *hist) merge(o *hist) {
 	}
 }
 
-// bin is one count and how many samples had it.
-type bin struct {
+// Bin is one count of a histogram and how many samples had it.
+type Bin struct {
 	Count uint32 `json:"count"`
 	Freq  uint64 `json:"samples"`
 }
 
 // bins returns the histogram's non-empty bins by increasing count.
-func (h *hist) bins() []bin {
-	var out []bin
+func (h *hist) bins() []Bin {
+	var out []Bin
 	for c, f := range h.small {
 		if f > 0 {
-			out = append(out, bin{uint32(c), f})
+			out = append(out, Bin{uint32(c), f})
 		}
 	}
 	start := len(out)
 	for c, f := range h.big {
-		out = append(out, bin{c, f})
+		out = append(out, Bin{c, f})
 	}
-	slices.SortFunc(out[start:], func(a, b bin) int { return int(a.Count) - int(b.Count) })
+	slices.SortFunc(out[start:], func(a, b Bin) int { return int(a.Count) - int(b.Count) })
 	return out
 }
 

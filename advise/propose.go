@@ -36,7 +36,7 @@ func summarize(h *hist) Dist {
 
 // quantile is the nearest-rank pct-th percentile: the count of the sample
 // of rank ceil(pct/100 × total), in increasing order.
-func quantile(bins []bin, total uint64, pct uint64) uint32 {
+func quantile(bins []Bin, total uint64, pct uint64) uint32 {
 	rank := (pct*total + 99) / 100
 	var cum uint64
 	for _, b := range bins {

@@ -45,9 +45,11 @@ type ClassReport struct {
 	LowData   bool         `json:"low_data,omitempty"`
 	InConfig  bool         `json:"in_config"`
 	Replay    *ReplayStats `json:"replay,omitempty"`
+	// Histogram is the per-second distribution: each count with its
+	// number of (key, second) samples, by increasing count.
+	Histogram []Bin `json:"per_second_histogram"`
 
 	class int32
-	bins  []bin // per-second histogram, for the chart
 }
 
 // ReplayStats is what the proposal would have done to the class.
@@ -172,7 +174,7 @@ func Run(o Options) (*Report, error) {
 			PerMinute: summarize(&minH[c]),
 			LowData:   ps.Samples < uint64(o.MinSamples),
 			class:     int32(c),
-			bins:      secH[c].bins(),
+			Histogram: secH[c].bins(),
 		}
 		if c%2 == 1 {
 			cr.Caller = "authenticated"
