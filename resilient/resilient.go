@@ -323,14 +323,15 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		}
 		return s.fallback(ctx, req, ErrCircuitOpen)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel := s.withDeadline(ctx)
 	res, err := s.primary.Check(cctx, req)
 	cancel()
 	end := s.clock()
 	if err != nil && !invalid(err) {
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
 			// The caller gave up (a client that disconnected): not the
-			// store's fault, and nothing to decide.
+			// store's fault, and nothing to decide. A caller's deadline
+			// that passed first is a store that did not answer in time.
 			s.breaker.abandon(probe, end)
 			return sluice.Result{}, Decision{Key: req.Key}, err
 		}
@@ -375,7 +376,7 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 	probe, ok := s.breaker.allow(now)
 	cause := ErrCircuitOpen
 	if ok {
-		cctx, cancel := context.WithTimeout(ctx, s.timeout)
+		cctx, cancel := s.withDeadline(ctx)
 		res, err := s.primary.Adjust(cctx, key, delta, rules)
 		cancel()
 		end := s.clock()
@@ -384,7 +385,7 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			s.breaker.success(probe)
 			return res, err
 		}
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
 			s.breaker.abandon(probe, end)
 			return sluice.Result{}, err
 		}
@@ -425,6 +426,15 @@ func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error) (
 		return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause}), nil
 	}
 	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause}), nil
+}
+
+// withDeadline returns ctx bounded by the store deadline: ctx itself when
+// its own deadline comes first, which saves the timer.
+func (s *Store) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 func (s *Store) modeFor(ctx context.Context) Mode {

@@ -413,3 +413,19 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// A caller that gives up (a client that disconnected) is not a store
+// failure: its error comes back as is and the breaker does not count it.
+func TestCanceledCallerIsNotAFailure(t *testing.T) {
+	s := newStore(t, deadRedis(t), resilient.Options{FailureThreshold: 2})
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 10 {
+		if _, err := s.Check(canceled, sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 1}}}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled caller: %v", err)
+		}
+	}
+	if st := s.State(); st != resilient.StateClosed {
+		t.Fatalf("breaker %v after canceled callers only", st)
+	}
+}
