@@ -382,10 +382,13 @@ func (v *validator) pattern(mux *http.ServeMux, seen map[string]int, field, patt
 		seen[pattern] = i
 		return
 	}
-	// Name the other policy when the mux says the patterns conflict.
+	// Name the other policy when the mux says the patterns conflict; its
+	// explanation is the last line of the message.
 	for other, j := range seen {
-		if strings.Contains(msg, strconv.Quote(other)) || strings.Contains(msg, other+" ") {
-			v.fail(field, "%q conflicts with policies[%d].match %q: %s; make one of them more specific", pattern, j, other, strings.TrimPrefix(msg, "http: "))
+		if strings.Contains(msg, strconv.Quote(other)) {
+			_, why, _ := strings.Cut(msg, ":\n")
+			why = strings.TrimSuffix(strings.ReplaceAll(why, "\n", " "), ".")
+			v.fail(field, "%q conflicts with policies[%d].match %q: %s; make one of them more specific", pattern, j, other, why)
 			return
 		}
 	}

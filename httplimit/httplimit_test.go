@@ -166,6 +166,7 @@ func TestPoliciesByPattern(t *testing.T) {
 		{"GET", "/products/7/reviews", "product"},
 		{"POST", "/payments//x", "payments"}, // an unclean path cannot dodge its policy
 		{"POST", "/payments/a/../x", "payments"},
+		{"POST", "/payments", "payments"}, // the ServeMux would redirect it to /payments/
 		{"GET", "/payments/x", ""}, // no GET policy on payments: unlimited
 		{"GET", "/other", ""},
 	} {
