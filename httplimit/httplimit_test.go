@@ -167,7 +167,7 @@ func TestPoliciesByPattern(t *testing.T) {
 		{"POST", "/payments//x", "payments"}, // an unclean path cannot dodge its policy
 		{"POST", "/payments/a/../x", "payments"},
 		{"POST", "/payments", "payments"}, // the ServeMux would redirect it to /payments/
-		{"GET", "/payments/x", ""}, // no GET policy on payments: unlimited
+		{"GET", "/payments/x", ""},        // no GET policy on payments: unlimited
 		{"GET", "/other", ""},
 	} {
 		r := e.do(tc.method, tc.path)
