@@ -3,6 +3,9 @@ package loggen
 import (
 	"bytes"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,4 +62,50 @@ func BenchmarkWrite(b *testing.B) {
 	for b.Loop() {
 		g.Write(io.Discard, 1<<20, 0)
 	}
+}
+
+// TestRealistic checks the traits the advisor's tests rely on: both kinds
+// of caller, IPv6 callers, heavy-tailed per-key rates, bursts, and abusers
+// far above everyone else.
+func TestRealistic(t *testing.T) {
+	g := New(Options{Seed: 2})
+	perKey := make(map[string]int)
+	perKeySecond := make(map[[2]string]int)
+	var auth, anon, v6 int
+	for range 2000 * 90 { // about a minute and a half, abusers on
+		e := g.Next()
+		k := e.User
+		if k == "" {
+			k = e.IP
+			anon++
+			if strings.Contains(e.IP, ":") {
+				v6++
+				k = e.IP[:strings.LastIndex(e.IP[:strings.Index(e.IP, "::")], ":")]
+			}
+		} else {
+			auth++
+		}
+		perKey[k]++
+		perKeySecond[[2]string{k, strconv.FormatInt(e.Time/1e6, 10)}]++
+	}
+	if auth == 0 || anon == 0 || v6 == 0 {
+		t.Fatalf("auth %d anon %d v6 %d", auth, anon, v6)
+	}
+	counts := make([]int, 0, len(perKey))
+	for _, c := range perKey {
+		counts = append(counts, c)
+	}
+	slices.Sort(counts)
+	median, top := counts[len(counts)/2], counts[len(counts)-1]
+	if top < 100*median {
+		t.Errorf("per-key totals: median %d, max %d: not heavy-tailed", median, top)
+	}
+	maxSecond := 0
+	for _, c := range perKeySecond {
+		maxSecond = max(maxSecond, c)
+	}
+	if maxSecond < 40 {
+		t.Errorf("busiest (key, second) has %d requests: no abuser or burst", maxSecond)
+	}
+	t.Logf("%d keys, median %d, max %d requests; busiest second %d", len(counts), median, top, maxSecond)
 }
