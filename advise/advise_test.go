@@ -591,3 +591,34 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 }
+
+// TestPatternConflict: two exact patterns that ServeMux refuses side by
+// side keep the busier one in the configuration, with a note.
+func TestPatternConflict(t *testing.T) {
+	var evs []loggen.Event
+	for i := range 20 {
+		evs = append(evs, ev(t0+int64(i), "GET", "/a/me/5", "1.1.1.1", ""))
+		if i%2 == 0 {
+			evs = append(evs, ev(t0+int64(i), "GET", "/a/5/posts", "1.1.1.1", ""))
+		}
+	}
+	path := writeEvents(t, "conflict.log", evs)
+	out := filepath.Join(t.TempDir(), "c.yaml")
+	rep, err := Run(Options{Inputs: []string{path}, OutConfig: out, MaxClasses: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := findClass(t, rep, "GET /a/{id}/posts", "anonymous"); c.InConfig || c.Replay != nil {
+		t.Errorf("conflicting class in the config: %+v", c)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "conflicts with") || strings.Contains(rep.Notes[0], "registered at") {
+		t.Errorf("notes %q", rep.Notes)
+	}
+	cfg, err := config.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policies) != 1 || cfg.Policies[0].Match != "GET /a/me/{id}" {
+		t.Errorf("policies %+v", cfg.Policies)
+	}
+}

@@ -184,6 +184,17 @@ func Run(o Options) (*Report, error) {
 		rep.Classes = append(rep.Classes, cr)
 	}
 	checkPatterns(rep, o.Config != "")
+	if o.Config != "" {
+		seen := make(map[string]bool)
+		for _, c := range rep.Classes {
+			seen[c.Policy] = true
+		}
+		for _, p := range policies {
+			if !seen[p.Name] {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s (%s) has no traffic in the window: left out of the configuration", p.Name, p.Match))
+			}
+		}
+	}
 	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
 		if a.PerSecond.Requests != b.PerSecond.Requests {
 			if a.PerSecond.Requests > b.PerSecond.Requests {
@@ -336,9 +347,22 @@ func checkPatterns(rep *Report, fromConfig bool) {
 	}
 }
 
+// firstLine is the first line of a ServeMux error, without the places
+// where the patterns were registered (always the advisor's own code).
 func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
+	for {
+		i := strings.Index(s, " (registered at ")
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(s[i:], ')')
+		if j < 0 {
+			break
+		}
+		s = s[:i] + s[i+j+1:]
+	}
+	return strings.TrimSuffix(s, ":")
 }
 
 func showProgress(o Options) bool {
