@@ -251,7 +251,7 @@ func TestConfigAndChart(t *testing.T) {
 	path := genFile(t, dir, loggen.Options{Seed: 3, Format: loggen.Combined, Rate: 300, Users: 200, IPs: 500}, 4<<20)
 	out := filepath.Join(dir, "sluice.yaml")
 	var stdout, stderr bytes.Buffer
-	code := Command([]string{path, "--out-config", out, "--window", "7d"}, nil, &stdout, &stderr)
+	code := Command([]string{path, "--out-config", out, "--window", "7d", "--shadow"}, nil, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -264,6 +264,11 @@ func TestConfigAndChart(t *testing.T) {
 	}
 	if len(cfg.Policies) == 0 {
 		t.Fatal("no policies loaded")
+	}
+	for _, p := range cfg.Policies {
+		if p.Mode != "shadow" {
+			t.Errorf("policy %s: mode %q, want shadow", p.Name, p.Mode)
+		}
 	}
 	data, _ := os.ReadFile(out)
 	cf, err := readConfig(data)

@@ -67,6 +67,7 @@ type Options struct {
 	Config      string        // classes from this configuration's policies
 	Window      time.Duration // the last Window of the log; 0 means all of it
 	OutConfig   string        // write the proposed policies here
+	Shadow      bool          // with mode: shadow, to observe before enforcing
 	ChartDir    string        // write one chart per class here
 	ChartFormat string        // png or svg
 	JSON        bool
@@ -143,6 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.Config, "config", "", "take the classes from the `policies` of this sluice configuration")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
 	fs.StringVar(&o.OutConfig, "out-config", "", "write the proposed policies as a sluice configuration to `FILE`")
+	fs.BoolVar(&o.Shadow, "shadow", false, "write the policies with mode: shadow (decide and report, never reject)")
 	fs.StringVar(&o.ChartDir, "chart", "", "write a chart of each class's distribution into `DIR`")
 	fs.StringVar(&o.ChartFormat, "chart-format", "png", "chart format: png or svg")
 	fs.BoolVar(&o.JSON, "json", false, "write the report as JSON")

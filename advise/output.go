@@ -93,6 +93,7 @@ type configPolicyOut struct {
 	Match         string       `yaml:"match"`
 	Anonymous     []configRule `yaml:"anonymous,omitempty"`
 	Authenticated []configRule `yaml:"authenticated,omitempty"`
+	Mode          string       `yaml:"mode,omitempty"`
 }
 
 type configRule struct {
@@ -102,7 +103,7 @@ type configRule struct {
 
 // buildConfig turns the classes in the configuration into policies, one
 // per endpoint, sorted by name.
-func buildConfig(rep *Report) configFile {
+func buildConfig(rep *Report, mode string) configFile {
 	byName := make(map[string]*configPolicyOut)
 	var order []string
 	for _, c := range rep.Classes {
@@ -111,7 +112,7 @@ func buildConfig(rep *Report) configFile {
 		}
 		p := byName[c.Policy]
 		if p == nil {
-			p = &configPolicyOut{Name: c.Policy, Match: c.Match}
+			p = &configPolicyOut{Name: c.Policy, Match: c.Match, Mode: mode}
 			byName[c.Policy] = p
 			order = append(order, c.Policy)
 		}
@@ -130,7 +131,7 @@ func buildConfig(rep *Report) configFile {
 	return cf
 }
 
-func writeConfig(w io.Writer, rep *Report) error {
+func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
 	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 of per-key requests per second,\n",
@@ -138,7 +139,7 @@ func writeConfig(w io.Writer, rep *Report) error {
 	b.WriteString("# burst = 5-10 x rate by burstiness. Review before enforcing; mode: shadow reports without rejecting.\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
-	if err := enc.Encode(buildConfig(rep)); err != nil {
+	if err := enc.Encode(buildConfig(rep, mode)); err != nil {
 		return err
 	}
 	if err := enc.Close(); err != nil {
@@ -148,12 +149,12 @@ func writeConfig(w io.Writer, rep *Report) error {
 	return err
 }
 
-func writeConfigFile(path string, rep *Report) error {
+func writeConfigFile(path string, rep *Report, mode string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := writeConfig(f, rep); err != nil {
+	if err := writeConfig(f, rep, mode); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -249,7 +249,11 @@ func Run(o Options) (*Report, error) {
 	}
 
 	if o.OutConfig != "" {
-		if err := writeConfigFile(o.OutConfig, rep); err != nil {
+		mode := ""
+		if o.Shadow {
+			mode = "shadow"
+		}
+		if err := writeConfigFile(o.OutConfig, rep, mode); err != nil {
 			return rep, err
 		}
 	}
