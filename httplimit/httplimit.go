@@ -356,6 +356,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		kb.buildAddr(p.Name, rs.class, l.clientAddr(r))
 	}
 	req := sluice.Request{Key: kb.String(), Cost: p.Cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
+	if p.Shadow {
+		req.MaxDelay = 0 // a shadow policy never holds a request either
+	}
 	ctx := r.Context()
 	res, err := l.check(ctx, p, req)
 	if err != nil {

@@ -122,14 +122,13 @@ func TestHelp(t *testing.T) {
 
 // server is a running `sluice serve` process.
 type server struct {
-	cmd           *exec.Cmd
-	traffic       string
-	admin         string
-	mu            sync.Mutex
-	log           bytes.Buffer
-	exited        chan struct{}
-	exitCode      int
-	listenPattern *regexp.Regexp
+	cmd      *exec.Cmd
+	traffic  string
+	admin    string
+	mu       sync.Mutex
+	log      bytes.Buffer
+	exited   chan struct{}
+	exitCode int
 }
 
 func (s *server) logs() string {
@@ -373,5 +372,51 @@ func TestServeDecisionAPIOnly(t *testing.T) {
 	<-s.exited
 	if s.exitCode != 0 {
 		t.Fatalf("exit %d after SIGINT", s.exitCode)
+	}
+}
+
+// TestDemo runs `sluice demo` as the README does and sees the products
+// policy turn 200s into 429s.
+func TestDemo(t *testing.T) {
+	cmd := exec.Command(binary, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream-listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	re := regexp.MustCompile(`gateway (http://\S+)`)
+	sc := bufio.NewScanner(stdout)
+	var gw string
+	var banner strings.Builder
+	for sc.Scan() {
+		banner.WriteString(sc.Text() + "\n")
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			gw = m[1]
+		}
+		if strings.Contains(sc.Text(), "Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	if gw == "" {
+		t.Fatalf("no gateway address in the banner:\n%s", banner.String())
+	}
+	if !strings.Contains(banner.String(), "curl -s -o /dev/null -w '%{http_code}\\n' "+gw+"/products/42") {
+		t.Errorf("the banner does not say what to curl:\n%s", banner.String())
+	}
+	var codes []int
+	for range 7 {
+		resp, _ := get(t, gw+"/products/42")
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes[:5]) != "[200 200 200 200 200]" || codes[6] != 429 {
+		t.Fatalf("demo statuses %v, want 200s turning into 429s", codes)
 	}
 }
