@@ -398,6 +398,22 @@ func TestMalformedAndMixedInput(t *testing.T) {
 		t.Errorf("%d requests measured, %d replayed; want %d", requests, replayed, 3*41)
 	}
 	t.Logf("examples: %+v", rep.MalformedExamples[:2])
+	// A damaged gzip file keeps what was read before the damage.
+	damaged := slices.Clone(gz.Bytes())
+	damaged[len(damaged)-6] ^= 0xff // the CRC-32 in the trailer
+	p3 := filepath.Join(dir, "damaged.gz")
+	os.WriteFile(p3, damaged, 0o644)
+	stdout.Reset()
+	if code := Command([]string{p3, "--json"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("damaged gzip: exit %d: %s", code, stderr.String())
+	}
+	rep = Report{}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "checksum") || rep.Lines != 46 {
+		t.Errorf("damaged gzip: %d lines, notes %q", rep.Lines, rep.Notes)
+	}
 	// Nothing parseable at all is an error, not a crash.
 	empty := filepath.Join(dir, "junk.log")
 	os.WriteFile(empty, []byte("junk\n\x00\n"), 0o644)

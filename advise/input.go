@@ -196,6 +196,9 @@ type pipeline struct {
 	spool   *os.File // pass 1 copies standard input here for the replay
 	newWork func() func(b *batch)
 	prog    *progress
+
+	mu       sync.Mutex
+	warnings []string // inputs that ended early, read up to the damage
 }
 
 func (pl *pipeline) run(fn func(b *batch) error) error {
@@ -287,8 +290,12 @@ func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *ba
 		b.buf = b.buf[:len(b.buf)+n]
 		eof := err == io.EOF || err == io.ErrUnexpectedEOF
 		if err != nil && !eof {
-			free <- b
-			return fmt.Errorf("%s: %w", src.name, err)
+			// A damaged file (a gzip checksum, a read error) keeps what was
+			// read before the damage; the run goes on with a warning.
+			pl.mu.Lock()
+			pl.warnings = append(pl.warnings, fmt.Sprintf("%s: %v after line %d: the rest of this input is skipped", src.name, err, line))
+			pl.mu.Unlock()
+			eof = true
 		}
 		b.file, b.endOfFile, b.long = idx, eof, 0
 		data := b.buf

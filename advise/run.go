@@ -76,6 +76,9 @@ func Run(o Options) (*Report, error) {
 	rep := &Report{Window: "all"}
 	if o.Window > 0 {
 		rep.Window = o.Window.String()
+		if o.Window%(24*time.Hour) == 0 {
+			rep.Window = strconv.FormatInt(int64(o.Window/(24*time.Hour)), 10) + "d"
+		}
 	}
 	names := make([]string, len(srcs))
 	var total int64
@@ -143,6 +146,7 @@ func Run(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.Notes = append(rep.Notes, pl.warnings...)
 	rep.Bytes = prog.bytes.Load()
 	rep.MeasureSeconds = time.Since(t0).Seconds()
 	if rep.MeasureSeconds > 0 {
