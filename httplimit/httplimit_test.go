@@ -2,6 +2,11 @@ package httplimit
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -558,5 +563,47 @@ func TestNewRejectsBadPolicies(t *testing.T) {
 		if _, err := New(Options{Store: store, Policies: tc.p}); err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
+	}
+}
+
+func TestJWTPublicKeys(t *testing.T) {
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	edPub, edKey, _ := ed25519.GenerateKey(rand.Reader)
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	claims := jwt.MapClaims{"sub": "carol", "exp": time.Now().Add(time.Hour).Unix(), "iss": "https://auth.example", "aud": "api"}
+	for _, tc := range []struct {
+		name   string
+		pub    any
+		method jwt.SigningMethod
+		key    any
+	}{
+		{"ecdsa", &ecKey.PublicKey, jwt.SigningMethodES256, ecKey},
+		{"ed25519", edPub, jwt.SigningMethodEdDSA, edKey},
+		{"rsa", &rsaKey.PublicKey, jwt.SigningMethodRS256, rsaKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			auth, err := JWT(JWTOptions{PublicKey: tc.pub, Issuer: "https://auth.example", Audience: "api"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := jwt.NewWithClaims(tc.method, claims).SignedString(tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + tok}}}
+			if id, ok := auth(r); !ok || id != "carol" {
+				t.Fatalf("valid token: %q %v", id, ok)
+			}
+			r.Header.Set("Authorization", "Bearer "+tok[:len(tok)-4]+"AAAA")
+			if _, ok := auth(r); ok {
+				t.Fatal("tampered signature accepted")
+			}
+			wrongAud := jwt.MapClaims{"sub": "carol", "iss": "https://auth.example", "aud": "other"}
+			tok2, _ := jwt.NewWithClaims(tc.method, wrongAud).SignedString(tc.key)
+			r.Header.Set("Authorization", tok2)
+			if _, ok := auth(r); ok {
+				t.Fatal("wrong audience accepted")
+			}
+		})
 	}
 }

@@ -137,3 +137,40 @@ policies:
 		t.Fatalf("local fallback %v, want three passes (6 / 2 gateways) then 429", codes)
 	}
 }
+
+func scrape(t *testing.T, admin string) string {
+	t.Helper()
+	_, body := status(t, admin+"/metrics")
+	return body
+}
+
+// TestShadowInMetrics: a shadow policy serves everything and /metrics
+// counts what it would have rejected.
+func TestShadowInMetrics(t *testing.T) {
+	_, gw, admin := newGateway(t, "policies:\n  - {name: trial, match: /, mode: shadow, anonymous: [{rate: 1/h, burst: 2}]}\n")
+	for i := range 5 {
+		if code, _ := status(t, gw.URL+"/x"); code != 404 { // no upstream: 404 is the pass
+			t.Fatalf("shadow request %d: %d", i, code)
+		}
+	}
+	m := scrape(t, admin.URL)
+	for _, want := range []string{`sluice_decisions_total{outcome="shadow_denied",policy="trial"} 3`, `sluice_decisions_total{outcome="allowed",policy="trial"} 2`, `sluice_decisions_total{outcome="denied",policy="trial"} 0`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// TestPacedThroughTheGateway: with max_delay the requests beyond the burst
+// really wait and are served, not rejected.
+func TestPacedThroughTheGateway(t *testing.T) {
+	_, gw, admin := newGateway(t, "policies:\n  - {name: paced, match: /, max_delay: 1s, anonymous: [{rate: 50/s, burst: 1}]}\n")
+	for i := range 4 {
+		if code, _ := status(t, gw.URL+"/x"); code != 404 {
+			t.Fatalf("paced request %d: %d, want it served", i, code)
+		}
+	}
+	if m := scrape(t, admin.URL); !strings.Contains(m, `sluice_decisions_total{outcome="delayed",policy="paced"} 3`) {
+		t.Errorf("/metrics does not count 3 delayed requests:\n%s", m)
+	}
+}
