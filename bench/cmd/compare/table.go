@@ -29,7 +29,7 @@ func display(lib string) string {
 	return lib
 }
 
-var header = []string{"store", "workload", "callers", "cost", "library", "ns/op", "allocs/op",
+var header = []string{"store", "workload", "callers", "cost", "library", "ns/op", "cpu ns/op", "allocs/op",
 	"checks/s", "p50", "p99", "srv µs/check", "B/key", "× sluice"}
 
 type table struct{ rows [][]string }
@@ -113,7 +113,7 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 				ratio = fmtRatio(m["heap-B/key"], s.metrics["heap-B/key"])
 			}
 			t.rows = append(t.rows, []string{"memory", "1M keys, heap", "", "", display(r.lib),
-				"", "", "", "", "", "", fmt.Sprintf("%.1f", m["heap-B/key"]), ratio})
+				"", "", "", "", "", "", "", fmt.Sprintf("%.1f", m["heap-B/key"]), ratio})
 		case "BenchmarkMemory", "BenchmarkRedis":
 			store := "memory"
 			srv, bkey := "", ""
@@ -129,7 +129,7 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 				ratio = fmtRatio(m["ns/op"], s.metrics["ns/op"])
 			}
 			t.rows = append(t.rows, []string{store, r.workload, fmt.Sprint(r.callers), fmt.Sprint(r.cost), display(r.lib),
-				fmtNs(m["ns/op"]), fmt.Sprintf("%.0f", m["allocs/op"]), fmtRate(m["checks/s"]),
+				fmtNs(m["ns/op"]), fmtNs(m["cpu-ns/op"]), fmt.Sprintf("%.0f", m["allocs/op"]), fmtRate(m["checks/s"]),
 				fmtDur(m["p50-ns"]), fmtDur(m["p99-ns"]), srv, bkey, ratio})
 		}
 	}
@@ -142,7 +142,7 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 		}{{"httputil.ReverseProxy", gw.bare}, {"sluice serve (memory)", gw.sluice}} {
 			ns := 1e9 / x.r.RPS()
 			t.rows = append(t.rows, []string{"gateway", "GET, loopback", fmt.Sprint(gw.concurrency), "1", x.name,
-				fmtNs(ns), "", fmtRate(x.r.RPS()), fmtDur(float64(x.r.P50)), fmtDur(float64(x.r.P99)), "", "",
+				fmtNs(ns), "", "", fmtRate(x.r.RPS()), fmtDur(float64(x.r.P50)), fmtDur(float64(x.r.P99)), "", "",
 				fmtRatio(ns, sluiceNs)})
 		}
 		_ = bareNs
