@@ -167,7 +167,7 @@ func TestReadLog(t *testing.T) {
 	if got := tr.events[1].at - tr.events[0].at; got != 500_000 {
 		t.Fatalf("two requests in one whole second are %dµs apart, want 500000", got)
 	}
-	if tr.keys[0] != "203.0.113.7" || tr.keys[1] != "198.51.100.2" || tr.keys[2] != "user-1024" {
+	if tr.keys[0] != "203.0.113.7" || tr.keys[1] != "alice" || tr.keys[2] != "user-1024" {
 		t.Fatalf("keys %v", tr.keys)
 	}
 	if _, _, err := readLog(strings.NewReader("garbage\n")); err == nil {

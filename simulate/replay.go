@@ -13,7 +13,8 @@ import (
 
 // readLog reads an access log for the replay scenario: Common or Combined
 // Log Format, or JSON lines, detected per line. Only two things are taken
-// from a line: its time and its client key (the CLF host, or the JSON
+// from a line: its time and its client key (the CLF user when it is not
+// "-", else the host; or the JSON
 // "key", "client", "client_ip", "remote_addr", "ip" or "user" field).
 // Lines that carry no time or key are counted and skipped. A log's times
 // are often whole seconds; the requests of one second are spread evenly
@@ -94,6 +95,10 @@ func parseCLFLine(s string) (time.Time, string, bool) {
 	at, err := time.Parse("02/Jan/2006:15:04:05 -0700", rest[open+1:end])
 	if err != nil {
 		return time.Time{}, "", false
+	}
+	// The authenticated user, when there is one, is the caller's identity.
+	if f := strings.Fields(rest[:open]); len(f) == 2 && f[1] != "-" {
+		return at, f[1], true
 	}
 	return at, host, true
 }
