@@ -5,11 +5,14 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"image/png"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,10 +188,15 @@ func TestReplayMatchesDirectSimulation(t *testing.T) {
 	requests := make(map[ck]int64)
 	keys := make(map[ck]map[string]int64)
 	g := loggen.New(opts)
+	seen := make(map[ck]map[string]bool)
 	for range lines {
 		e := g.Next()
 		match, caller, key := classOfEvent(e)
 		c := ck{match, caller}
+		if seen[c] == nil {
+			seen[c] = make(map[string]bool)
+		}
+		seen[c][key] = true
 		r, ok := rules[c]
 		if !ok {
 			t.Fatalf("the advisor has no class %v", c)
@@ -212,6 +220,9 @@ func TestReplayMatchesDirectSimulation(t *testing.T) {
 		if c.Replay.Requests != requests[k] || c.Replay.Rejected != rejected[k] || c.Replay.RejectedKeys != len(keys[k]) {
 			t.Errorf("%v: replay %d requests, %d rejected, %d keys; direct %d, %d, %d",
 				k, c.Replay.Requests, c.Replay.Rejected, c.Replay.RejectedKeys, requests[k], rejected[k], len(keys[k]))
+		}
+		if n := float64(len(seen[k])); math.Abs(float64(c.Replay.Keys)-n) > 0.05*n+1 {
+			t.Errorf("%v: ~%d keys, exactly %.0f", k, c.Replay.Keys, n)
 		}
 		for _, top := range c.Replay.Top {
 			if keys[k][top.Key] != top.Rejected {
@@ -641,5 +652,19 @@ func TestPatternConflict(t *testing.T) {
 	}
 	if len(cfg.Policies) != 1 || cfg.Policies[0].Match != "GET /a/me/{id}" {
 		t.Errorf("policies %+v", cfg.Policies)
+	}
+}
+
+func TestDistinct(t *testing.T) {
+	for _, n := range []int{0, 1, 10, 1000, 50000, 300000} {
+		var d distinct
+		seed := maphash.MakeSeed()
+		for i := range n {
+			d.add(maphash.String(seed, strconv.Itoa(i))) // as keys are hashed
+		}
+		got := d.count()
+		if diff := math.Abs(float64(got - int64(n))); diff > 0.05*float64(n)+1 {
+			t.Errorf("%d keys counted as %d", n, got)
+		}
 	}
 }

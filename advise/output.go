@@ -34,21 +34,22 @@ func writeTable(w io.Writer, rep *Report) error {
 	}
 	b.WriteString("\nper-key requests per second and per minute, over the (key, second) and (key, minute) pairs with traffic\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "POLICY\tMATCH\tCALLER\tREQUESTS\tKEY-SECONDS\tPER SECOND p50/p90/p99/max\tPER MINUTE p50/p90/p99/max\tBURSTY\tRATE\tBURST\tREJECTED\tKEYS\t")
+	fmt.Fprintln(tw, "POLICY\tMATCH\tCALLER\tREQUESTS\tKEYS\tKEY-SECONDS\tPER SECOND p50/p90/p99/max\tPER MINUTE p50/p90/p99/max\tBURSTY\tRATE\tBURST\tREJECTED\tREJECTED KEYS\t")
 	for _, c := range rep.Classes {
 		flag := ""
 		if c.LowData {
 			flag = " (few samples)"
 		}
-		rej, keys := "-", "-"
+		rej, keys, seen := "-", "-", "-"
 		if c.Replay != nil {
+			seen = fmt.Sprintf("~%d", c.Replay.Keys)
 			rej = fmt.Sprintf("%d (%.2f%%)", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
 			keys = fmt.Sprint(c.Replay.RejectedKeys)
 		} else if !c.InConfig {
 			rej = "not in config"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d%s\t%d/%d/%d/%d\t%d/%d/%d/%d\t%.1f (x%d)\t%s\t%d\t%s\t%s\t\n",
-			c.Policy, c.Match, c.Caller, c.PerSecond.Requests, c.PerSecond.Samples, flag,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d%s\t%d/%d/%d/%d\t%d/%d/%d/%d\t%.1f (x%d)\t%s\t%d\t%s\t%s\t\n",
+			c.Policy, c.Match, c.Caller, c.PerSecond.Requests, seen, c.PerSecond.Samples, flag,
 			c.PerSecond.P50, c.PerSecond.P90, c.PerSecond.P99, c.PerSecond.Max,
 			c.PerMinute.P50, c.PerMinute.P90, c.PerMinute.P99, c.PerMinute.Max,
 			c.Proposal.Burstiness, c.Proposal.Multiplier, c.Rate, c.Proposal.Burst, rej, keys)

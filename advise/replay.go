@@ -20,6 +20,7 @@ type replayer struct {
 	requests []int64
 	rejected []int64
 	byKey    []map[string]int64 // rejected requests per key, by class
+	keys     []*distinct        // distinct keys, by class
 }
 
 func newReplayer(cls *classes, start int64, rules [][]sluice.Rule) *replayer {
@@ -31,6 +32,7 @@ func newReplayer(cls *classes, start int64, rules [][]sluice.Rule) *replayer {
 		requests: make([]int64, len(rules)),
 		rejected: make([]int64, len(rules)),
 		byKey:    make([]map[string]int64, len(rules)),
+		keys:     make([]*distinct, len(rules)),
 	}
 }
 
@@ -50,6 +52,10 @@ func (rp *replayer) batch(b *batch) {
 			rp.lastSw = m
 		}
 		rp.requests[class]++
+		if rp.keys[class] == nil {
+			rp.keys[class] = new(distinct)
+		}
+		rp.keys[class].add(r.keyHash)
 		rp.keybuf = appendStateKey(rp.keybuf[:0], class, b.bytes(r.key))
 		// memstore copies a key it keeps, so a view of keybuf is enough.
 		key := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))

@@ -55,6 +55,7 @@ type ClassReport struct {
 // ReplayStats is what the proposal would have done to the class.
 type ReplayStats struct {
 	Requests     int64      `json:"requests"`
+	Keys         int64      `json:"keys"` // distinct callers, estimated within about 2%
 	Rejected     int64      `json:"rejected"`
 	RejectedKeys int        `json:"rejected_keys"`
 	Top          []KeyCount `json:"top,omitempty"`
@@ -245,6 +246,7 @@ func Run(o Options) (*Report, error) {
 			}
 			c.Replay = &ReplayStats{
 				Requests:     rp.requests[c.class],
+				Keys:         rp.keys[c.class].count(),
 				Rejected:     rp.rejected[c.class],
 				RejectedKeys: len(rp.byKey[c.class]),
 				Top:          rp.top(int(c.class), o.Top),
