@@ -2,9 +2,9 @@
 
 # The comparison suite of bench/ (its own module): sluice and its peers on
 # the same work, one table with the ratios. About ten minutes; not part of
-# the tests.
+# the tests. BENCHFLAGS passes flags on, e.g. BENCHFLAGS="-only memory".
 bench:
-	cd bench && go run ./cmd/compare
+	cd bench && go run ./cmd/compare $(BENCHFLAGS)
 
 test:
 	./scripts/test.sh
