@@ -49,7 +49,8 @@ real stores and a simulated clock, and reports per algorithm:
   vs exact      admitted compared with an exact sliding log on the same
                 traffic, and the share of requests decided differently
   bytes/key     state per key: measured heap in process, MEMORY USAGE in Redis
-  ns/check      wall time of one check
+  ns/check      wall time of one check (on Redis, mostly the round trip),
+                and in parentheses the script's own time in Redis
 
 Every algorithm reads the rule the same way: a window W = burst/rate with a
 limit of burst per window; the leaky bucket queues burst and drains at rate.
@@ -366,15 +367,19 @@ func writeText(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  %d requests from %d keys over %.1f s; rule %s: window W = %v, limit %s per window\n\n",
 			sc.Requests, sc.Keys, sc.Seconds, sc.Rule, sc.Window, strconv.FormatInt(burstOf(sc), 10))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "algorithm\tbackend\tadmitted\tdelayed\tworst 1s\t(bound)\tworst W\t(bound)\tvs exact\tdiffer\tbytes/key\tns/check\t")
+		fmt.Fprintln(tw, "algorithm\tbackend\tadmitted\tdelayed\tworst 1s\t(bound)\tworst W\t(bound)\tvs exact\tdiffer\tbytes/key\tns/check\t(in server)\t")
 		for _, r := range sc.Results {
 			agree := ""
 			if r.AgreesWithMemory != nil && *r.AgreesWithMemory != sc.Requests {
 				agree = fmt.Sprintf("  DISAGREES with memory on %d", sc.Requests-*r.AgreesWithMemory)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%+.2f%%\t%.2f%%\t%.0f\t%.0f\t%s\n",
+			server := "-"
+			if r.ServerNsPerCheck > 0 {
+				server = fmt.Sprintf("(%.0f)", r.ServerNsPerCheck)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%+.2f%%\t%.2f%%\t%.0f\t%.0f\t%s\t%s\n",
 				r.Algorithm, r.Backend, r.Admitted, r.Delayed, r.Worst1s, boundText(r.Bound1s), r.WorstWindow, boundText(r.BoundWindow),
-				r.VsExactPct, r.DifferPct, r.BytesPerKey, r.NsPerCheck, agree)
+				r.VsExactPct, r.DifferPct, r.BytesPerKey, r.NsPerCheck, server, agree)
 		}
 		tw.Flush()
 	}

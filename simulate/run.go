@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,8 +45,11 @@ type Result struct {
 	BytesPerKey float64 `json:"bytes_per_key"`
 	Keys        int     `json:"keys"`
 
-	// NsPerCheck is the wall time of one check, store call included.
-	NsPerCheck float64 `json:"ns_per_check"`
+	// NsPerCheck is the wall time of one check, store call included: on
+	// Redis, mostly the round trip. ServerNsPerCheck (Redis only) is the
+	// script's own time in the server, from INFO commandstats.
+	NsPerCheck       float64 `json:"ns_per_check"`
+	ServerNsPerCheck float64 `json:"server_ns_per_check,omitempty"`
 
 	// AgreesWithMemory (Redis only) counts the requests the Redis script
 	// decided exactly as the in-memory store did.
@@ -166,9 +170,13 @@ func (ru *runner) onRedis(ctx context.Context, name string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	callsBefore, usecBefore := scriptStats(ctx, ru.redis)
 	res, err := ru.run(name, "redis", s, clock)
 	if err != nil {
 		return nil, err
+	}
+	if calls, usec := scriptStats(ctx, ru.redis); calls > callsBefore {
+		res.ServerNsPerCheck = 1000 * float64(usec-usecBefore) / float64(calls-callsBefore)
 	}
 	var total int64
 	step := max(1, len(ru.tr.keys)/200)
@@ -266,4 +274,30 @@ func (ru *runner) measure(res *Result, exact *Result) {
 		res.VsExactPct = 100 * float64(res.Admitted-exactAdmitted) / float64(exactAdmitted)
 	}
 	res.DifferPct = 100 * float64(differ) / float64(len(ev))
+}
+
+// scriptStats sums the calls and the microseconds of EVALSHA and EVAL in
+// INFO commandstats (zeros when the server does not say).
+func scriptStats(ctx context.Context, client *redis.Client) (calls, usec int64) {
+	info, err := client.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(info) {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
 }
