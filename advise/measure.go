@@ -27,15 +27,18 @@ import (
 // log advances.
 
 // ringSeconds is how far out of order a line may come and still be counted
-// in its own second.
+// in its own second: a power of two, so that slot is a mask.
 const ringSeconds = 8
+
+// slot is the index of second s in a key's ring, for any s, negative too.
+func slot(s int64) int64 { return s & (ringSeconds - 1) }
 
 // keyState is the open counts of one key in one class.
 type keyState struct {
 	top    int64 // newest second seen
 	minute int64 // minute being summed, -1 for none
 	mcount uint32
-	slots  [ringSeconds]uint32 // count of second s in slots[s%ringSeconds]
+	slots  [ringSeconds]uint32 // count of second s in slots[slot(s)]
 	class  int32
 }
 
@@ -269,16 +272,16 @@ func (m *measurer) count(st *keyState, sec int64) {
 	case sec > st.top:
 		lo, hi := st.top-ringSeconds+1, min(st.top, sec-ringSeconds)
 		for s := lo; s <= hi; s++ {
-			if c := st.slots[s%ringSeconds]; c > 0 {
+			if c := st.slots[slot(s)]; c > 0 {
 				m.closeSecond(st, s, c)
-				st.slots[s%ringSeconds] = 0
+				st.slots[slot(s)] = 0
 			}
 		}
 		st.top = sec
 	case sec <= st.top-ringSeconds:
 		sec = st.top - ringSeconds + 1 // too late for its own second
 	}
-	st.slots[sec%ringSeconds]++
+	st.slots[slot(sec)]++
 }
 
 // closeSecond records the count of a finished second of st.
@@ -309,9 +312,9 @@ func (m *measurer) hourOf(s int64) int64 {
 // close flushes every open count of st.
 func (m *measurer) close(st *keyState) {
 	for s := st.top - ringSeconds + 1; s <= st.top; s++ {
-		if c := st.slots[s%ringSeconds]; c > 0 {
+		if c := st.slots[slot(s)]; c > 0 {
 			m.closeSecond(st, s, c)
-			st.slots[s%ringSeconds] = 0
+			st.slots[slot(s)] = 0
 		}
 	}
 	m.closeMinute(st)

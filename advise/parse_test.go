@@ -2,6 +2,7 @@ package advise
 
 import (
 	"bytes"
+	"hash/maphash"
 	"net/http"
 	"testing"
 	"time"
@@ -170,3 +171,30 @@ func BenchmarkParseCLF(b *testing.B)      { benchParse(b, loggen.CLF) }
 func BenchmarkParseCombined(b *testing.B) { benchParse(b, loggen.Combined) }
 func BenchmarkParseJSON(b *testing.B)     { benchParse(b, loggen.JSON) }
 func BenchmarkParseJSONAlt(b *testing.B)  { benchParse(b, loggen.JSONAlt) }
+
+// FuzzBatch runs arbitrary bytes, many lines at once, through the parsing
+// stage and the counting stage: whatever the input, no crash, and every
+// line is counted once, parsed or malformed.
+func FuzzBatch(f *testing.F) {
+	f.Add([]byte("1.2.3.4 - - [05/Jan/2026:00:00:00 +0000] \"GET /a HTTP/1.1\" 200 1\n{\"time\":1767571200,\"method\":\"GET\",\"path\":\"/b\",\"ip\":\"::1\"}\njunk\n\n"))
+	f.Add([]byte("1.2.3.4 - u [05/Jan/2026:00:00:09 +0000] \"GET /a/1 HTTP/1.1\" 200 1\n1.2.3.4 - u [05/Jan/2026:00:00:00 +0000] \"GET /a/2 HTTP/1.1\" 200 1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w := &lineWorker{p: newParser(nil), names: []string{"fuzz"}, seed: maphash.MakeSeed()}
+		b := &batch{data: data, firstLine: 1, endOfFile: true}
+		w.do(b)
+		if int64(len(b.recs))+b.malformed != b.lines {
+			t.Fatalf("%d records + %d malformed != %d lines", len(b.recs), b.malformed, b.lines)
+		}
+		cls := &classes{max: 3, patterns: make(map[string]int32)}
+		m := newMeasurer(cls, 7*86400)
+		m.batch(b)
+		sec, _ := m.result()
+		var n uint64
+		for i := range sec {
+			n += summarize(&sec[i]).Requests
+		}
+		if n > uint64(len(b.recs)) {
+			t.Fatalf("%d requests counted from %d records", n, len(b.recs))
+		}
+	})
+}
