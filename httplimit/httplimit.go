@@ -145,6 +145,11 @@ type Options struct {
 
 	Fallback Fallback
 
+	// StoreContext, when set, derives the context of every store call of a
+	// request under policy, for stores that read per-policy settings from
+	// it (resilient.WithOnError carries a policy's on_error).
+	StoreContext func(ctx context.Context, policy *Policy) context.Context
+
 	// StoreTimeout, when positive, is the deadline of every store call, so
 	// that a store that hangs costs a request at most this long before
 	// OnError (or the Fallback) decides. Zero leaves deadlines to the store.
@@ -179,6 +184,7 @@ type Limiter struct {
 	shadowLog logLimiter
 	wait      func(context.Context, time.Duration) bool // tests replace it
 	timeout   time.Duration
+	storeCtx  func(context.Context, *Policy) context.Context
 }
 
 // policy is a Policy compiled for the hot path.
@@ -217,6 +223,7 @@ func New(opts Options) (*Limiter, error) {
 		log:       opts.Logger,
 		wait:      wait,
 		timeout:   opts.StoreTimeout,
+		storeCtx:  opts.StoreContext,
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
@@ -295,7 +302,7 @@ func newRuleSet(name string, class byte, rules []sluice.Rule, cost int64) (ruleS
 	if err := sluice.ValidateRequest(probe); err != nil {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", name, err)
 	}
-	rs := ruleSet{rules: rules, class: class}
+	rs := ruleSet{rules: slices.Clone(rules), class: class}
 	for _, r := range rules {
 		rs.limit = append(rs.limit, fmt.Sprint(r.Burst))
 		rs.policy = append(rs.policy, fmt.Sprintf("%s;q=%d;w=%d", quote(name), r.Burst, ceilSeconds(r.RefillTime())))
@@ -443,6 +450,9 @@ func (l *Limiter) matchRedirect(r *http.Request) *policy {
 
 // check asks the store, timing it.
 func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
+	if l.storeCtx != nil {
+		ctx = l.storeCtx(ctx, &p.Policy)
+	}
 	start := time.Now()
 	var res sluice.Result
 	var err error
@@ -464,6 +474,9 @@ func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (slu
 }
 
 func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+	if l.storeCtx != nil {
+		ctx = l.storeCtx(ctx, &p.Policy)
+	}
 	start := time.Now()
 	if l.timeout > 0 {
 		var cancel context.CancelFunc

@@ -507,7 +507,7 @@ func TestStoreFailure(t *testing.T) {
 		if got := e.counter("api", "failed_open"); got != 3 {
 			t.Fatalf("failed_open %v, want 3", got)
 		}
-		if got := metricValue(t, e.reg, "sluice_store_errors_total", map[string]string{"op": "check"}); got != 3 {
+		if got := metricValue(t, e.reg, "sluice_http_store_errors_total", map[string]string{"op": "check"}); got != 3 {
 			t.Fatalf("store errors %v, want 3", got)
 		}
 	})

@@ -12,8 +12,12 @@ import (
 //	sluice_decisions_total{policy, outcome}  outcome: allowed, denied,
 //	    shadow_denied, delayed, cancelled (left while held), failed_open,
 //	    failed_closed
-//	sluice_store_duration_seconds{op}        op: check, adjust
-//	sluice_store_errors_total{op}
+//	sluice_http_store_duration_seconds{op}   op: check, adjust
+//	sluice_http_store_errors_total{op}
+//
+// The store metrics are the time the middleware waited for its store and
+// the errors it got back, whatever the store is (a resilient store in front
+// of Redis reports its own calls to Redis beside them).
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	latency   [numOps]prometheus.Observer
@@ -54,13 +58,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"policy", "outcome"}),
 	}
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "sluice_store_duration_seconds",
-		Help:    "Time the store took to answer, by operation.",
+		Name:    "sluice_http_store_duration_seconds",
+		Help:    "Time the HTTP middleware waited for its store, by operation.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 	}, []string{"op"})
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_store_errors_total",
-		Help: "Store calls that failed, by operation.",
+		Name: "sluice_http_store_errors_total",
+		Help: "Store calls of the HTTP middleware that failed, by operation.",
 	}, []string{"op"})
 	for _, c := range []prometheus.Collector{m.decisions, latency, errs} {
 		if err := reg.Register(c); err != nil {

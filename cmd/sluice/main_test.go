@@ -308,7 +308,7 @@ func TestServe(t *testing.T) {
 		}
 	}
 	_, metrics := get(t, s.admin+"/metrics")
-	for _, want := range []string{`sluice_decisions_total{outcome="denied",policy="products"} 4`, `sluice_decisions_total{outcome="allowed",policy="products"} 5`, "sluice_store_duration_seconds_bucket"} {
+	for _, want := range []string{`sluice_decisions_total{outcome="denied",policy="products"} 4`, `sluice_decisions_total{outcome="allowed",policy="products"} 5`, "sluice_http_store_duration_seconds_bucket"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

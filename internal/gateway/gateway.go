@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/resilient"
 )
 
 // NewRedisStore builds the shared store of a `store.type: redis`
@@ -49,8 +50,9 @@ type Gateway struct {
 	metrics *httplimit.Metrics
 	reloads *prometheus.CounterVec
 
-	store      sluice.Store
-	local      *memstore.Store // the in-memory store, or the local fallback
+	store      sluice.Store // what the policies check
+	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
+	resilient  bool         // store is a resilient layer in front of Redis
 	closeStore func() error
 
 	state atomic.Pointer[state]
@@ -98,24 +100,49 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 }
 
 func (g *Gateway) openStore(cfg *config.Config) error {
-	g.local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
-	g.store, g.closeStore = g.local, g.local.Close
 	if cfg.Store.Type != "redis" {
+		local := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		g.store, g.probe, g.closeStore = local, local, local.Close
 		return nil
 	}
 	if NewRedisStore == nil {
-		g.local.Close()
-		return fmt.Errorf("%s: store.type: redis: the Redis store is not available in this build yet; use store.type: memory", cfg.File)
+		return fmt.Errorf("%s: store.type: redis: the Redis store is not available in this build; use store.type: memory", cfg.File)
 	}
-	s, closeFn, err := NewRedisStore(cfg.Store.Redis, g.log)
+	raw, closeRaw, err := NewRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
-		g.local.Close()
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
-	local := g.local
-	g.store = s
-	g.closeStore = func() error { local.Close(); return closeFn() }
+	mode, err := resilient.ParseMode(cfg.Store.OnError)
+	if err != nil {
+		_ = closeRaw()
+		return fmt.Errorf("%s: store.on_error: %w", cfg.File, err)
+	}
+	// The resilient layer gives every call its deadline and decides by the
+	// failure policy when Redis fails; its breaker stops calling a Redis
+	// that keeps failing, and its denial cache keeps a flood off Redis.
+	rs := resilient.New(raw, resilient.Options{
+		OnError:      mode,
+		Instances:    cfg.Store.Instances,
+		Timeout:      cfg.Store.Redis.Timeout,
+		LocalMaxKeys: cfg.Store.MaxKeys,
+		Registerer:   g.reg,
+		Logger:       g.log,
+	})
+	g.store, g.probe, g.resilient = rs, raw, true
+	g.closeStore = func() error { _ = rs.Close(); return closeRaw() }
 	return nil
+}
+
+// onErrorContext carries a policy's own on_error to the resilient store.
+func onErrorContext(ctx context.Context, p *httplimit.Policy) context.Context {
+	mode := resilient.Open
+	switch {
+	case p.Local:
+		mode = resilient.Local
+	case p.OnError == httplimit.FailClosed:
+		mode = resilient.Closed
+	}
+	return resilient.WithOnError(ctx, mode)
 }
 
 func (g *Gateway) compile(cfg *config.Config) (*state, error) {
@@ -126,9 +153,8 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Store = g.store
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
-	if g.store != sluice.Store(g.local) {
-		opts.Fallback = httplimit.LocalFallback(g.local, cfg.Store.Instances)
-		opts.StoreTimeout = cfg.Store.Redis.Timeout
+	if g.resilient {
+		opts.StoreContext = onErrorContext
 	}
 	lim, err := httplimit.New(opts)
 	if err != nil {
@@ -222,7 +248,7 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
 	defer cancel()
-	_, err := g.store.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 0, Rules: readyRule})
+	_, err := g.probe.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 0, Rules: readyRule})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
 	case err == nil:

@@ -69,8 +69,8 @@ func TestForwardedForToUpstream(t *testing.T) {
 
 // TestRedisSharedAcrossGateways runs two gateways on one real Redis: a
 // client that spreads its requests over both still gets one limit. When
-// Redis dies, on_error decides: open serves, closed answers 503, and
-// /readyz follows.
+// Redis dies, on_error decides (through the resilient store): open serves,
+// closed answers 503, and /readyz follows.
 func TestRedisSharedAcrossGateways(t *testing.T) {
 	srv := redistest.Start(t)
 	conf := func(onError string) string {
@@ -80,6 +80,8 @@ func TestRedisSharedAcrossGateways(t *testing.T) {
   on_error: %s
 policies:
   - {name: api, match: /, anonymous: [{rate: 1/h, burst: 4}]}
+  - {name: other, match: /y, anonymous: [{rate: 1/h, burst: 4}]}
+  - {name: strict, match: /z, on_error: closed, anonymous: [{rate: 1/h, burst: 4}]}
 `, srv.Addr(), onError)
 	}
 	_, a, adminA := newGateway(t, conf("open"))
@@ -101,10 +103,18 @@ policies:
 		t.Fatalf("readyz with Redis up: %d", code)
 	}
 	srv.Kill()
-	if code, _ := status(t, a.URL+"/x"); code != 404 {
+	// /x stays denied: a denial remembered until its retry time is a fact
+	// that an outage does not change. /y was never denied.
+	if code, _ := status(t, a.URL+"/x"); code != 429 {
+		t.Errorf("on_error open, Redis down, a denied caller: %d, want 429", code)
+	}
+	if code, _ := status(t, a.URL+"/y"); code != 404 {
 		t.Errorf("on_error open, Redis down: %d, want the request served", code)
 	}
-	if code, body := status(t, b.URL+"/x"); code != 503 || !strings.Contains(body, "rate_limiter_unavailable") {
+	if code, _ := status(t, a.URL+"/z"); code != 503 {
+		t.Errorf("a policy's own on_error: closed, Redis down: %d, want 503", code)
+	}
+	if code, body := status(t, b.URL+"/y"); code != 503 || !strings.Contains(body, "rate_limiter_unavailable") {
 		t.Errorf("on_error closed, Redis down: %d %s, want 503", code, body)
 	}
 	if code, _ := status(t, adminA.URL+"/readyz"); code != 200 {
