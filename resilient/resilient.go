@@ -211,8 +211,9 @@ type Options struct {
 	// decisions; each line carries the count since the last. Zero means 10s.
 	LogInterval time.Duration
 
-	// OnDecision, when set, is called with every decision, synchronously:
-	// it must be fast and safe for concurrent use.
+	// OnDecision, when set, is called with every decision of a check
+	// (not for invalid input or a caller that gave up), synchronously: it
+	// must be fast and safe for concurrent use.
 	OnDecision func(Decision)
 }
 
