@@ -2,9 +2,9 @@
 // `sluice advise`.
 //
 // It reads Common and Combined Log Format and JSON lines (the format is
-// detected per line), from files, globs, gzip files or standard input, in
-// one streaming pass whose memory follows the number of keys active at
-// once, not the size of the log. Every request falls in a class: its
+// detected per line), from files, globs, gzip files or standard input,
+// streaming, in memory that follows the number of keys active at once, not
+// the size of the log. Every request falls in a class: its
 // endpoint (the method and a ServeMux pattern of its path, ids grouped into
 // wildcards, or the policy of an existing configuration that matches it)
 // and whether its caller is authenticated (keyed by API key or user) or
@@ -12,8 +12,9 @@
 // distribution of per-key requests per second and per minute over the last
 // seven days of the log, and proposes rate = 2 × p99 of the per-second
 // counts and burst = 5 to 10 × rate by how bursty the class is (see
-// Proposal). A second pass replays the proposal on the real in-memory
-// store with the log's own timestamps and counts what it would reject.
+// Proposal). A second pass over the same input replays the proposal on
+// the real in-memory store with the log's own timestamps and counts what
+// it would have rejected.
 //
 // docs/advise.md is the user's guide.
 package advise

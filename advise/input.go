@@ -45,8 +45,8 @@ type rec struct {
 	patHash, keyHash uint64
 }
 
-// badLine is a malformed line kept as an example.
-type badLine struct {
+// MalformedLine is a malformed line kept as an example: where, why, and its first 200 bytes.
+type MalformedLine struct {
 	File   string `json:"file"`
 	Line   int64  `json:"line"`
 	Reason string `json:"reason"`
@@ -66,7 +66,7 @@ type batch struct {
 	recs      []rec
 	lines     int64
 	malformed int64
-	bad       []badLine
+	bad       []MalformedLine
 	done      chan struct{}
 }
 

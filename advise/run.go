@@ -21,7 +21,7 @@ type Report struct {
 	Bytes             int64         `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
 	Lines             int64         `json:"lines"`
 	Malformed         int64         `json:"malformed"`
-	MalformedExamples []badLine     `json:"malformed_examples,omitempty"`
+	MalformedExamples []MalformedLine     `json:"malformed_examples,omitempty"`
 	Unmatched         int64         `json:"unmatched,omitempty"` // with --config: requests no policy matches
 	Window            string        `json:"window"`
 	WindowStart       time.Time     `json:"window_start"`

@@ -21,7 +21,7 @@ func (w *lineWorker) do(b *batch) {
 	b.arena, b.recs, b.bad = b.arena[:0], b.recs[:0], b.bad[:0]
 	b.lines, b.malformed = b.long, b.long
 	if b.long > 0 {
-		b.bad = append(b.bad, badLine{File: w.names[b.file], Line: b.firstLine - 1, Reason: "line longer than 1 MiB"})
+		b.bad = append(b.bad, MalformedLine{File: w.names[b.file], Line: b.firstLine - 1, Reason: "line longer than 1 MiB"})
 	}
 	data, ln := b.data, b.firstLine
 	for len(data) > 0 {
@@ -44,7 +44,7 @@ func (w *lineWorker) do(b *batch) {
 				if len(text) > 200 {
 					text = text[:200]
 				}
-				b.bad = append(b.bad, badLine{File: w.names[b.file], Line: ln - 1, Reason: err.Error(), Text: string(text)})
+				b.bad = append(b.bad, MalformedLine{File: w.names[b.file], Line: ln - 1, Reason: err.Error(), Text: string(text)})
 			}
 			continue
 		}
