@@ -17,20 +17,20 @@ import (
 
 // Report is the outcome of a run, as --json writes it.
 type Report struct {
-	Inputs            []string      `json:"inputs"`
-	Bytes             int64         `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
-	Lines             int64         `json:"lines"`
-	Malformed         int64         `json:"malformed"`
-	MalformedExamples []MalformedLine     `json:"malformed_examples,omitempty"`
-	Unmatched         int64         `json:"unmatched,omitempty"` // with --config: requests no policy matches
-	Window            string        `json:"window"`
-	WindowStart       time.Time     `json:"window_start"`
-	WindowEnd         time.Time     `json:"window_end"`
-	Classes           []ClassReport `json:"classes"`
-	Notes             []string      `json:"notes,omitempty"`
-	MeasureSeconds    float64       `json:"measure_seconds"`
-	MBPerSecond       float64       `json:"mb_per_second"` // of the first pass
-	ReplaySeconds     float64       `json:"replay_seconds,omitempty"`
+	Inputs            []string        `json:"inputs"`
+	Bytes             int64           `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
+	Lines             int64           `json:"lines"`
+	Malformed         int64           `json:"malformed"`
+	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
+	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
+	Window            string          `json:"window"`
+	WindowStart       time.Time       `json:"window_start"`
+	WindowEnd         time.Time       `json:"window_end"`
+	Classes           []ClassReport   `json:"classes"`
+	Notes             []string        `json:"notes,omitempty"`
+	MeasureSeconds    float64         `json:"measure_seconds"`
+	MBPerSecond       float64         `json:"mb_per_second"` // of the first pass
+	ReplaySeconds     float64         `json:"replay_seconds,omitempty"`
 }
 
 // ClassReport is the measurement, proposal and replay of one class.
