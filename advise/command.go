@@ -92,8 +92,11 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 type windowFlag struct{ d *time.Duration }
 
 func (w windowFlag) String() string {
-	if w.d == nil {
+	switch {
+	case w.d == nil:
 		return ""
+	case *w.d > 0 && *w.d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(*w.d/(24*time.Hour)), 10) + "d"
 	}
 	return w.d.String()
 }
@@ -142,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		fs.PrintDefaults()
 	}
 	var fields multiFlag
-	fs.StringVar(&o.Config, "config", "", "take the classes from the `policies` of this sluice configuration")
+	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
 	fs.StringVar(&o.OutConfig, "out-config", "", "write the proposed policies as a sluice configuration to `FILE`")
 	fs.BoolVar(&o.Shadow, "shadow", false, "write the policies with mode: shadow (decide and report, never reject)")
