@@ -102,6 +102,7 @@ func TestBadFiles(t *testing.T) {
 		{"missing match", "policies:\n  - name: api\n    anonymous: [{rate: 1/s, burst: 1}]\n", []string{"bad.yaml:2: policies[0].match: missing"}},
 		{"conflicting patterns", "policies:\n  - {name: a, match: \"GET /x/\", anonymous: [{rate: 1/s, burst: 1}]}\n  - {name: b, match: \"GET /x/\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"bad.yaml:3: policies[1].match:", "policies[0].match"}},
 		{"duplicate names", "policies:\n  - {name: a, match: \"GET /x/\", anonymous: [{rate: 1/s, burst: 1}]}\n  - {name: a, match: \"GET /y/\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"bad.yaml:3: policies[1].name:", "also the name of policies[0] (line 2)"}},
+		{"name with a quote", "policies:\n  - {name: 'a\"b', match: /, anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"bad.yaml:2: policies[0].name:", "printable ASCII"}},
 		{"missing name", "policies:\n  - {match: \"GET /x/\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"bad.yaml:2: policies[0].name: missing"}},
 		{"bad mode", pol + "    anonymous: [{rate: 1/s, burst: 1}]\n    mode: dry-run\n", []string{"bad.yaml:5: policies[0].mode: \"dry-run\": want one of enforce, shadow"}},
 		{"bad algorithm", pol + "    anonymous: [{rate: 1/s, burst: 1}]\n    algorithm: sliding_log\n", []string{"bad.yaml:5: policies[0].algorithm:", "want token_bucket"}},

@@ -309,8 +309,8 @@ func (v *validator) policies() {
 			v.fail(at+".name", "missing; want a short name such as payments, used in headers, metrics and keys")
 		} else if j, dup := names[p.Name]; dup {
 			v.fail(at+".name", "%q is also the name of policies[%d] (line %d); want unique names", p.Name, j, v.line(fmt.Sprintf("policies[%d].name", j)))
-		} else if strings.ContainsAny(p.Name, "\"\\\x00") || !isPrintable(p.Name) {
-			v.fail(at+".name", "%q: want printable text without quotes or backslashes", p.Name)
+		} else if strings.ContainsAny(p.Name, "\"\\") || !isPrintable(p.Name) {
+			v.fail(at+".name", "%q: want printable ASCII without quotes or backslashes (it goes into the RateLimit headers)", p.Name)
 		} else {
 			names[p.Name] = i
 		}
@@ -353,8 +353,8 @@ func (v *validator) policies() {
 }
 
 func isPrintable(s string) bool {
-	for _, r := range s {
-		if r < ' ' || r == 0x7f {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
 			return false
 		}
 	}
