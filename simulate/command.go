@@ -364,8 +364,8 @@ func writeText(w io.Writer, rep *Report) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "scenario %s: %s\n", sc.Name, sc.About)
-		fmt.Fprintf(w, "  %d requests from %d keys over %.1f s; rule %s: window W = %v, limit %s per window\n\n",
-			sc.Requests, sc.Keys, sc.Seconds, sc.Rule, sc.Window, strconv.FormatInt(burstOf(sc), 10))
+		fmt.Fprintf(w, "  %d requests from %d %s over %.1f s; rule %s: window W = %v, limit %s per window\n\n",
+			sc.Requests, sc.Keys, plural(sc.Keys, "key", "keys"), sc.Seconds, sc.Rule, sc.Window, strconv.FormatInt(burstOf(sc), 10))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "algorithm\tbackend\tadmitted\tdelayed\tworst 1s\t(bound)\tworst W\t(bound)\tvs exact\tdiffer\tbytes/key\tns/check\t(in server)\t")
 		for _, r := range sc.Results {
@@ -396,4 +396,11 @@ func boundText(b int) string {
 		return "(-)"
 	}
 	return "(≤" + strconv.Itoa(b) + ")"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
