@@ -198,3 +198,24 @@ func FuzzBatch(f *testing.F) {
 		}
 	})
 }
+
+func TestFieldOverrides(t *testing.T) {
+	ov, err := parseFieldOverrides([]string{"user=x_consumer,tenant.id", "time=logged_at"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newParser(ov)
+	var e entry
+	line := `{"logged_at":"2026-01-05T00:00:00Z","time":"junk","method":"GET","path":"/x","ip":"1.1.1.1","api_key":"ignored","tenant":{"id":"t1"}}`
+	if err := p.parse([]byte(line), &e); err != nil {
+		t.Fatal(err)
+	}
+	if string(e.user) != "t1" || e.time != mustTime(t, "2026-01-05T00:00:00Z") {
+		t.Errorf("user %q time %d", e.user, e.time)
+	}
+	for _, bad := range []string{"user", "color=x", "user="} {
+		if _, err := parseFieldOverrides([]string{bad}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
