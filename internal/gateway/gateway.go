@@ -166,7 +166,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: upstream: %w", cfg.File, err)
 		}
-		next = g.proxy(u, lim, opts)
+		next = g.proxy(u, opts.TrustedProxies)
 	}
 	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next)}, nil
 }
@@ -184,12 +184,11 @@ var upstreamTransport = &http.Transport{
 	ExpectContinueTimeout: time.Second,
 }
 
-func (g *Gateway) proxy(u *url.URL, _ *httplimit.Limiter, opts httplimit.Options) http.Handler {
-	trusted := opts.TrustedProxies
+// proxy forwards to u. X-Forwarded-For passes on only from a trusted peer.
+func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix) http.Handler {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			pr.Out.Host = pr.In.Host
 			// Pass on the chain of a trusted proxy; a client's own
 			// X-Forwarded-For is dropped.
 			if peer, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
