@@ -1,0 +1,33 @@
+package algo
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A check on a key that exists allocates nothing, for every algorithm:
+// run with -benchmem. The clock moves 1 ms a check against a 1000/s rule,
+// so the keys stay busy and the sliding log keeps a full window.
+func BenchmarkMemoryCheck(b *testing.B) {
+	rules := []sluice.Rule{{Rate: 1000, Burst: 100}}
+	for _, name := range Names() {
+		b.Run(name, func(b *testing.B) {
+			c := newClock(edge)
+			s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
+			defer s.Close()
+			reqs := make([]sluice.Request, 64)
+			for i := range reqs {
+				reqs[i] = sluice.Request{Key: "user-" + strconv.Itoa(i), Cost: 1, Rules: rules}
+				s.Check(ctx, reqs[i])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				c.us.Add(1000 / 64)
+				s.Check(ctx, reqs[i%len(reqs)])
+			}
+		})
+	}
+}
