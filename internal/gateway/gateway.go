@@ -36,12 +36,6 @@ import (
 	"github.com/sluicehq/sluice/resilient"
 )
 
-// NewRedisStore builds the shared store of a `store.type: redis`
-// configuration; it returns the store and the function that closes it.
-// It is set by the build that links the Redis store; nil means that the
-// Redis store is not available in this binary.
-var NewRedisStore func(r config.Redis, log *slog.Logger) (sluice.Store, func() error, error)
-
 // Gateway is one running `sluice serve`.
 type Gateway struct {
 	path    string
@@ -105,10 +99,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		g.store, g.probe, g.closeStore = local, local, local.Close
 		return nil
 	}
-	if NewRedisStore == nil {
-		return fmt.Errorf("%s: store.type: redis: the Redis store is not available in this build; use store.type: memory", cfg.File)
-	}
-	raw, closeRaw, err := NewRedisStore(cfg.Store.Redis, g.log)
+	raw, closeRaw, err := newRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}

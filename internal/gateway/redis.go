@@ -10,9 +10,8 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-func init() { NewRedisStore = newRedisStore }
-
-// newRedisStore connects the store of a `store.type: redis` section. A
+// newRedisStore connects the store of a `store.type: redis` section and
+// returns it with the function that closes it. A
 // Redis that does not answer at start is logged, not fatal: the failure
 // policy (on_error) decides requests until it answers.
 func newRedisStore(r config.Redis, log *slog.Logger) (sluice.Store, func() error, error) {
