@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -15,6 +18,7 @@ import (
 // Redis that does not answer at start is logged, not fatal: the failure
 // policy (on_error) decides requests until it answers.
 func newRedisStore(r config.Redis, log *slog.Logger) (sluice.Store, func() error, error) {
+	redis.SetLogger(redisLog{log})
 	client, err := redisstore.NewClient(redisstore.ClientOptions{
 		URL:            r.URL,
 		ClusterAddrs:   r.ClusterAddrs,
@@ -35,4 +39,14 @@ func newRedisStore(r config.Redis, log *slog.Logger) (sluice.Store, func() error
 		_ = store.Close()
 		return client.Close()
 	}, nil
+}
+
+// redisLog sends go-redis's own messages (a pool that cannot dial, …) to
+// the gateway's log at debug level: during an outage it would print a line
+// per attempt, and the resilient layer already reports the failure, rate
+// limited.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "sluice: go-redis: "+fmt.Sprintf(format, v...))
 }
