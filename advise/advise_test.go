@@ -61,6 +61,7 @@ func findClass(t *testing.T, rep *Report, match, caller string) ClassReport {
 // exactly and checks the percentiles and proposal against a hand
 // computation.
 func TestKnownDistribution(t *testing.T) {
+	t.Parallel()
 	var evs []loggen.Event
 	// Class A, anonymous GET /items/{id}: 1000 (key, second) samples, each
 	// key active in one second only: 900 seconds with 1 request, 80 with 2,
@@ -160,7 +161,11 @@ func classOfEvent(e *loggen.Event) (match, caller, key string) {
 // over the generator's own events, with their own classes and keys, on a
 // fresh memstore.
 func TestReplayMatchesDirectSimulation(t *testing.T) {
-	const lines = 120000
+	t.Parallel()
+	lines := int64(120000)
+	if raceEnabled {
+		lines = 60000
+	}
 	// JSON lines carry milliseconds: the log's own time of an event is its
 	// time cut to the millisecond.
 	opts := loggen.Options{Seed: 42, Format: loggen.JSON, Rate: 400, Users: 2000, IPs: 5000}
@@ -436,6 +441,7 @@ func TestMalformedAndMixedInput(t *testing.T) {
 // TestWindow checks that only the last --window of the log (rounded out
 // to whole hours) is measured and replayed.
 func TestWindow(t *testing.T) {
+	t.Parallel()
 	var evs []loggen.Event
 	for d := range 10 { // ten days, one request a minute; day 9 much busier
 		for m := range 24 * 60 {

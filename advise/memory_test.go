@@ -88,7 +88,7 @@ func runChild(t *testing.T, args ...string) childRun {
 var memoryOpts = loggen.Options{Seed: 11, Format: loggen.Mixed}
 
 // TestMemoryDoesNotGrowWithFileSize runs the advisor on a 10 MB log and
-// on one five times as large (4 and 20 MB under the race detector), and
+// on one five times as large (2 and 10 MB under the race detector), and
 // requires the peak resident set of the larger
 // run to stay within a margin of the smaller.
 func TestMemoryDoesNotGrowWithFileSize(t *testing.T) {
@@ -99,7 +99,7 @@ func TestMemoryDoesNotGrowWithFileSize(t *testing.T) {
 	dir := t.TempDir()
 	size := int64(10e6)
 	if raceEnabled {
-		size = 4e6
+		size = 2e6
 	}
 	small := genFile(t, dir, memoryOpts, size)
 	large := genFile(t, dir, memoryOpts, 5*size)
@@ -112,7 +112,9 @@ func TestMemoryDoesNotGrowWithFileSize(t *testing.T) {
 	}
 	limit := a.peakKB*13/10 + 16<<10
 	if raceEnabled {
-		limit = a.peakKB*16/10 + 16<<10 // the detector's shadow memory is never given back
+		// The detector keeps shadow memory for all the heap ever used and
+		// never gives it back: only a loose bound means anything here.
+		limit = a.peakKB*2 + 32<<10
 	}
 	if b.peakKB > limit {
 		t.Errorf("peak RSS grew from %d kB to %d kB for a file 5 times larger", a.peakKB, b.peakKB)
