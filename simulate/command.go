@@ -335,15 +335,15 @@ func simulate(tr traffic, rule sluice.Rule, names []string, client *redis.Client
 	return sc, nil
 }
 
-// chartBin is the chart's time step: about 300 points over the run, at
+// chartBin is the chart's time step: at most 120 points over the run, at
 // least 100 ms, a round number of milliseconds.
 func chartBin(span int64) int64 {
 	for _, b := range []int64{100_000, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000} {
-		if span/b <= 400 {
+		if span/b <= 120 {
 			return b
 		}
 	}
-	return max(60_000_000, span/400)
+	return max(60_000_000, span/120)
 }
 
 func saveChart(file string, sc *Scenario, tr traffic, rule sluice.Rule) error {
