@@ -153,7 +153,7 @@ func benchParse(b *testing.B, f loggen.Format) {
 	for _, l := range lines {
 		n += int64(len(l))
 	}
-	w := &lineWorker{p: newParser(nil), names: []string{"bench"}}
+	w := &lineWorker{p: newParser(nil), names: []string{"bench"}, seed: maphash.MakeSeed()}
 	bt := &batch{data: bytes.Join(lines, nil), firstLine: 1}
 	b.SetBytes(n)
 	b.ReportAllocs()
