@@ -27,8 +27,9 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
-	"strconv"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -156,39 +157,55 @@ func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) err
 	for _, o := range ops {
 		n += 4 + 2*len(o.rules)
 	}
-	args := make([]any, 0, n)
-	now := ""
+	// Every number goes as a little-endian float64 in one string: exact
+	// for these values, and the script reads them all with one
+	// struct.unpack instead of a strtod each. A rate goes bit for bit, so
+	// the script computes with exactly Go's float64.
+	nums := make([]byte, 0, 8*n)
+	now := -1.0 // the server's TIME
 	if s.now != nil {
-		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+		now = float64(s.now().UnixMicro())
 	}
-	args = append(args, now, s.marginMs)
+	nums = appendFloat(nums, now)
+	nums = appendFloat(nums, float64(s.marginMs))
 	for i, o := range ops {
 		keys[i] = s.Key(o.key)
-		kind := 0
+		kind := 0.0
 		if o.adjust {
 			kind = 1
 		}
-		args = append(args, kind, o.amount, o.maxDelayUs, len(o.rules))
+		nums = appendFloat(nums, kind)
+		nums = appendFloat(nums, float64(o.amount))
+		nums = appendFloat(nums, float64(o.maxDelayUs))
+		nums = appendFloat(nums, float64(len(o.rules)))
 		for _, r := range o.rules {
-			// 'g', -1: the shortest text that reads back as the same
-			// float64, so the script computes with exactly Go's rate.
-			args = append(args, strconv.FormatFloat(r.Rate, 'g', -1, 64), r.Burst)
+			nums = appendFloat(nums, r.Rate)
+			nums = appendFloat(nums, float64(r.Burst))
 		}
 	}
-	v, err := tokenBucket.Run(ctx, s.client, keys, args...).Int64Slice()
+	reply, err := tokenBucket.Run(ctx, s.client, keys, nums).Text()
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
-	if len(v) != 7*len(ops) {
-		return fmt.Errorf("redisstore: script returned %d values for %d checks, want %d", len(v), len(ops), 7*len(ops))
+	if len(reply) != 7*8*len(ops) {
+		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(ops), 7*8*len(ops))
 	}
 	for i := range ops {
-		res[i] = parseReply(v[7*i : 7*i+7])
+		res[i] = parseReply(reply[7*8*i:])
 	}
 	return nil
 }
 
-func parseReply(v []int64) sluice.Result {
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+// parseReply reads the 7 float64s of one check's result from p.
+func parseReply(p string) sluice.Result {
+	var v [7]int64
+	for i := range v {
+		v[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(p[8*i : 8*i+8]))))
+	}
 	return sluice.Result{
 		Allowed:    v[0] == 1,
 		Rule:       int(v[1]),
