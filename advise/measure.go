@@ -45,7 +45,7 @@ type keyState struct {
 // hist is an exact histogram of counts: dense for small counts, a map for
 // the rare large ones.
 type hist struct {
-	small [64]uint64
+	small [32]uint64
 	big   map[uint32]uint64
 }
 
