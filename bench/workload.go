@@ -83,3 +83,12 @@ func GetWorkload(name string) *Workload {
 	workloads[name] = w
 	return w
 }
+
+// MeanKeyLen is the mean length in bytes of the million keys.
+func MeanKeyLen() float64 {
+	var n int
+	for _, k := range keys(1_000_000) {
+		n += len(k)
+	}
+	return float64(n) / 1e6
+}

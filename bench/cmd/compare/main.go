@@ -44,6 +44,7 @@ func main() {
 	gwDur := flag.Duration("gateway-duration", 4*time.Second, "timed part of each gateway load run")
 	gwConc := flag.Int("gateway-concurrency", 32, "concurrent clients of the gateway load")
 	gwRounds := flag.Int("gateway-rounds", 2, "load runs of each proxy, alternating; the best is reported")
+	from := flag.String("from", "", "print the table of an earlier run's raw output instead of running anything")
 	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
 	flag.Parse()
 
@@ -61,6 +62,17 @@ func main() {
 		return
 	default:
 		fatal(fmt.Errorf("unknown -role %q", *role))
+	}
+
+	if *from != "" {
+		rs, gw, err := readRaw(*from)
+		if err != nil {
+			fatal(err)
+		}
+		buildTable(rs, gw).print(os.Stdout)
+		fmt.Println()
+		printTargets(os.Stdout, rs, gw)
+		return
 	}
 
 	parts := map[string]bool{}
@@ -120,6 +132,8 @@ func main() {
 		if err != nil {
 			gwNote = err.Error()
 			fmt.Fprintln(os.Stderr, "compare: gateway:", err)
+		} else {
+			writeGateway(rawFile, gw)
 		}
 	}
 

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
 )
 
 // result is one benchmark line: its name parts and its figures by unit.
@@ -55,4 +62,55 @@ func parseLine(line string) (result, bool) {
 		r.metrics[f[i+1]] = v
 	}
 	return r, true
+}
+
+// writeGateway records the gateway results in the raw output as benchmark
+// lines, so that -from can print them again.
+func writeGateway(w io.Writer, gw *gatewayResult) {
+	for _, x := range []struct {
+		lib string
+		r   bench.LoadResult
+	}{{"bare", gw.bare}, {"sluice", gw.sluice}} {
+		fmt.Fprintf(w, "BenchmarkGateway/c=%d/lib=%s %d %.0f ns/op %.1f req/s %d p50-ns %d p99-ns %d failed %d elapsed-ns\n",
+			gw.concurrency, x.lib, x.r.Requests, 1e9/x.r.RPS(), x.r.RPS(), x.r.P50, x.r.P99, x.r.Failed, x.r.Elapsed)
+	}
+}
+
+// readRaw reads the raw output of an earlier run.
+func readRaw(path string) ([]result, *gatewayResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	var rs []result
+	var gw *gatewayResult
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		r, ok := parseLine(sc.Text())
+		if !ok {
+			continue
+		}
+		if r.bench != "BenchmarkGateway" {
+			rs = append(rs, r)
+			continue
+		}
+		if gw == nil {
+			gw = &gatewayResult{concurrency: r.callers}
+		}
+		lr := bench.LoadResult{
+			Requests: r.n,
+			Failed:   int64(r.metrics["failed"]),
+			Elapsed:  time.Duration(r.metrics["elapsed-ns"]),
+			P50:      time.Duration(r.metrics["p50-ns"]),
+			P99:      time.Duration(r.metrics["p99-ns"]),
+		}
+		if r.lib == "bare" {
+			gw.bare = lr
+		} else {
+			gw.sluice = lr
+		}
+	}
+	return rs, gw, sc.Err()
 }

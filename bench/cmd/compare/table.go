@@ -30,7 +30,7 @@ func display(lib string) string {
 }
 
 var header = []string{"store", "workload", "callers", "cost", "library", "ns/op", "cpu ns/op", "allocs/op",
-	"checks/s", "p50", "p99", "srv µs/check", "B/key", "× sluice"}
+	"checks/s", "p50", "p99", "srv µs/check", "B/key", "× sluice", "cpu × sluice"}
 
 type table struct{ rows [][]string }
 
@@ -113,7 +113,7 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 				ratio = fmtRatio(m["heap-B/key"], s.metrics["heap-B/key"])
 			}
 			t.rows = append(t.rows, []string{"memory", "1M keys, heap", "", "", display(r.lib),
-				"", "", "", "", "", "", "", fmt.Sprintf("%.1f", m["heap-B/key"]), ratio})
+				"", "", "", "", "", "", "", fmt.Sprintf("%.1f", m["heap-B/key"]), ratio, ""})
 		case "BenchmarkMemory", "BenchmarkRedis":
 			store := "memory"
 			srv, bkey := "", ""
@@ -124,17 +124,17 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 					bkey = fmt.Sprintf("%.0f", v)
 				}
 			}
-			ratio := ""
+			ratio, cpuRatio := "", ""
 			if hasS {
 				ratio = fmtRatio(m["ns/op"], s.metrics["ns/op"])
+				cpuRatio = fmtRatio(m["cpu-ns/op"], s.metrics["cpu-ns/op"])
 			}
 			t.rows = append(t.rows, []string{store, r.workload, fmt.Sprint(r.callers), fmt.Sprint(r.cost), display(r.lib),
 				fmtNs(m["ns/op"]), fmtNs(m["cpu-ns/op"]), fmt.Sprintf("%.0f", m["allocs/op"]), fmtRate(m["checks/s"]),
-				fmtDur(m["p50-ns"]), fmtDur(m["p99-ns"]), srv, bkey, ratio})
+				fmtDur(m["p50-ns"]), fmtDur(m["p99-ns"]), srv, bkey, ratio, cpuRatio})
 		}
 	}
 	if gw != nil {
-		bareNs := 1e9 / gw.bare.RPS()
 		sluiceNs := 1e9 / gw.sluice.RPS()
 		for _, x := range []struct {
 			name string
@@ -143,9 +143,8 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 			ns := 1e9 / x.r.RPS()
 			t.rows = append(t.rows, []string{"gateway", "GET, loopback", fmt.Sprint(gw.concurrency), "1", x.name,
 				fmtNs(ns), "", "", fmtRate(x.r.RPS()), fmtDur(float64(x.r.P50)), fmtDur(float64(x.r.P99)), "", "",
-				fmtRatio(ns, sluiceNs)})
+				fmtRatio(ns, sluiceNs), ""})
 		}
-		_ = bareNs
 	}
 	return t
 }
@@ -220,22 +219,35 @@ func printTargets(w io.Writer, rs []result, gw *gatewayResult) {
 				best, bestLib = p.metrics["ns/op"], lib
 			}
 		}
-		fmt.Fprintf(w, "- memory, 100k keys, %d callers: sluice %.1f ns/op, %.0f allocs/op: ≤ 100 ns/op and 0 allocs: %s\n",
-			par, ns, s.metrics["allocs/op"], verdict(ns <= 100 && s.metrics["allocs/op"] == 0))
+		fmt.Fprintf(w, "- memory, 100k keys, %d callers: sluice %.1f ns/op (%.1f CPU ns), %.0f allocs/op: ≤ 100 ns/op and 0 allocs: %s\n",
+			par, ns, s.metrics["cpu-ns/op"], s.metrics["allocs/op"], verdict(ns <= 100 && s.metrics["allocs/op"] == 0))
 		if bestLib != "" {
 			fmt.Fprintf(w, "- memory, 100k keys, %d callers: best peer %s %.1f ns/op, %.2f× sluice: ≥ 3× fewer ns/op: %s\n",
 				par, display(bestLib), best, best/ns, verdict(best/ns >= 3 && s.metrics["allocs/op"] == 0))
 		}
+		bestCPU, bestCPULib := math.Inf(1), ""
+		for _, lib := range []string{"xrate", "sethvargo", "ulule"} {
+			if p, ok := find("BenchmarkMemory", "uniform100k", par, 1, lib); ok && p.metrics["cpu-ns/op"] < bestCPU {
+				bestCPU, bestCPULib = p.metrics["cpu-ns/op"], lib
+			}
+		}
+		if bestCPULib != "" {
+			fmt.Fprintf(w, "  (in CPU time per check: best peer %s %.1f ns, %.2f× sluice's %.1f)\n",
+				display(bestCPULib), bestCPU, bestCPU/s.metrics["cpu-ns/op"], s.metrics["cpu-ns/op"])
+		}
 	}
 	if s, ok := find("BenchmarkMemory", "hot", par, 1, "sluice"); ok {
 		if x, ok := find("BenchmarkMemory", "hot", par, 1, "xrate"); ok {
-			fmt.Fprintf(w, "- memory, one hot key, %d callers: sluice %.1f ns/op vs x/time/rate %.1f: faster: %s\n",
-				par, s.metrics["ns/op"], x.metrics["ns/op"], verdict(s.metrics["ns/op"] < x.metrics["ns/op"]))
+			fmt.Fprintf(w, "- memory, one hot key, %d callers: sluice %.1f ns/op vs x/time/rate %.1f: faster: %s; in CPU ns per check %.1f vs %.1f: %s\n",
+				par, s.metrics["ns/op"], x.metrics["ns/op"], verdict(s.metrics["ns/op"] < x.metrics["ns/op"]),
+				s.metrics["cpu-ns/op"], x.metrics["cpu-ns/op"], verdict(s.metrics["cpu-ns/op"] < x.metrics["cpu-ns/op"]))
 		}
 	}
 	if s, ok := find("BenchmarkHeapPerKey", "", 0, 0, "sluice"); ok {
 		v := s.metrics["heap-B/key"]
-		fmt.Fprintf(w, "- memory, heap per key at 1M keys: sluice %.1f B (it keeps a hash, not the key): ≤ 64 B + key: %s\n", v, verdict(v <= 64))
+		kl := bench.MeanKeyLen()
+		fmt.Fprintf(w, "- memory, heap per key at 1M keys: sluice %.1f B, all its own (it keeps a hash, not the key): ≤ 64 B + key (%.1f B here): %s; ≤ 64 B: %s\n",
+			v, 64+kl, verdict(v <= 64+kl), verdict(v <= 64))
 	}
 
 	const wl, c = "uniform100k", 32
