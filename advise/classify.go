@@ -208,10 +208,15 @@ func newPolicyMatcher(policies []configPolicy) (*policyMatcher, error) {
 		index:    make(map[string]int32),
 		cache:    make(map[string]int32),
 	}
+	names := make(map[string]bool)
 	for i, p := range policies {
 		if p.Name == "" {
 			return nil, fmt.Errorf("policy %d has no name", i+1)
 		}
+		if names[p.Name] {
+			return nil, fmt.Errorf("policy name %q is used twice: want one name per policy", p.Name)
+		}
+		names[p.Name] = true
 		if err := registerPattern(m.mux, p.Match); err != nil {
 			return nil, fmt.Errorf("policy %q: match %q: %w", p.Name, p.Match, err)
 		}
