@@ -42,6 +42,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -185,6 +186,12 @@ type Limiter struct {
 	wait      func(context.Context, time.Duration) bool // tests replace it
 	timeout   time.Duration
 	storeCtx  func(context.Context, *Policy) context.Context
+
+	// methods holds the methods that some pattern names (GET implies
+	// HEAD), unless a pattern names none: a request of another method
+	// passes without asking the ServeMux.
+	methods   map[string]bool
+	anyMethod bool
 }
 
 // policy is a Policy compiled for the hot path.
@@ -242,10 +249,27 @@ func New(opts Options) (*Limiter, error) {
 		if err := register(l.mux, p); err != nil {
 			return nil, err
 		}
+		l.noteMethod(p.Pattern)
 		p.counters = l.metrics.forPolicy(p.Name)
 		l.byName[p.Name] = p
 	}
 	return l, nil
+}
+
+func (l *Limiter) noteMethod(pattern string) {
+	if l.methods == nil {
+		l.methods = make(map[string]bool)
+	}
+	i := strings.IndexAny(pattern, " \t")
+	if i < 0 || strings.Contains(pattern[:i], "/") {
+		l.anyMethod = true // "/path" or "host/path": every method
+		return
+	}
+	method := pattern[:i]
+	l.methods[method] = true
+	if method == http.MethodGet {
+		l.methods[http.MethodHead] = true
+	}
 }
 
 func register(mux *http.ServeMux, p *policy) (err error) {
@@ -418,6 +442,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 // matched as the path it redirects to, so that /payments//x cannot slip
 // past the policy of /payments/.
 func (l *Limiter) match(r *http.Request) *policy {
+	if !l.anyMethod && !l.methods[r.Method] {
+		return nil
+	}
 	h, pattern := l.mux.Handler(r)
 	if p, ok := h.(*policy); ok {
 		return p

@@ -157,7 +157,7 @@ func TestPoliciesByPattern(t *testing.T) {
 	e := newEnv(t, Options{Policies: []Policy{
 		{Name: "payments", Pattern: "POST /payments/", Cost: 1, Anonymous: rule(1, 2)},
 		{Name: "refunds", Pattern: "POST /payments/refunds/", Cost: 1, Anonymous: rule(1, 1)},
-		{Name: "products", Pattern: "GET /products/", Cost: 1, Anonymous: rule(1, 3)},
+		{Name: "products", Pattern: "GET /products/", Cost: 1, Anonymous: rule(1, 4)},
 		{Name: "product", Pattern: "GET /products/{id}/reviews", Cost: 1, Anonymous: rule(1, 4)},
 	}}, nil)
 	policyOf := func(r response) string {
@@ -171,8 +171,10 @@ func TestPoliciesByPattern(t *testing.T) {
 		{"GET", "/products/7/reviews", "product"},
 		{"POST", "/payments//x", "payments"}, // an unclean path cannot dodge its policy
 		{"POST", "/payments/a/../x", "payments"},
-		{"POST", "/payments", "payments"}, // the ServeMux would redirect it to /payments/
-		{"GET", "/payments/x", ""},        // no GET policy on payments: unlimited
+		{"POST", "/payments", "payments"},   // the ServeMux would redirect it to /payments/
+		{"GET", "/payments/x", ""},          // no GET policy on payments: unlimited
+		{"HEAD", "/products/x", "products"}, // GET patterns match HEAD too
+		{"DELETE", "/products/x", ""},
 		{"GET", "/other", ""},
 	} {
 		r := e.do(tc.method, tc.path)
@@ -181,7 +183,7 @@ func TestPoliciesByPattern(t *testing.T) {
 		}
 	}
 	// Each policy keeps its own buckets: payments is exhausted (burst 2,
-	// three requests so far), products still has tokens.
+	// four requests so far), products (burst 4, two so far) has tokens.
 	if r := e.do("POST", "/payments/y"); r.status != http.StatusTooManyRequests {
 		t.Fatalf("payments after its burst: %d, want 429", r.status)
 	}
@@ -191,6 +193,22 @@ func TestPoliciesByPattern(t *testing.T) {
 	for range 5 {
 		if r := e.do("GET", "/other"); r.status != http.StatusOK || r.header.Get("RateLimit-Limit") != "" {
 			t.Fatalf("unmatched path limited: %d %v", r.status, r.header)
+		}
+	}
+	// A pattern without a method matches every method.
+	any := newEnv(t, Options{Policies: []Policy{
+		{Name: "writes", Pattern: "POST /a/", Cost: 1, Anonymous: rule(1, 2)},
+		{Name: "admin", Pattern: "/admin/", Cost: 1, Anonymous: rule(1, 2)},
+		{Name: "tabbed", Pattern: "PUT\t/t/", Cost: 1, Anonymous: rule(1, 2)},
+	}}, nil)
+	for _, tc := range []struct{ method, path, policy string }{
+		{"DELETE", "/admin/x", "admin"},
+		{"PATCH", "/admin/x", "admin"},
+		{"PUT", "/t/x", "tabbed"},
+		{"GET", "/a/x", ""},
+	} {
+		if got := policyOf(any.do(tc.method, tc.path)); got != tc.policy {
+			t.Errorf("%s %s: policy %q, want %q", tc.method, tc.path, got, tc.policy)
 		}
 	}
 }
