@@ -126,7 +126,7 @@ func TestMemoryDoesNotGrowWithFileSize(t *testing.T) {
 
 // TestBigLog is the 2 GB run: SLUICE_BIG=1 go test -run TestBigLog -v ./advise/
 // (SLUICE_BIG_DIR picks where the log is written, default the test's
-// temporary directory). It logs peak RSS and throughput, and requires the
+// temporary directory; a log already there of the same name is reused). It logs peak RSS and throughput, and requires the
 // peak to be within a margin of that of a 100 MB log of the same traffic.
 func TestBigLog(t *testing.T) {
 	if os.Getenv("SLUICE_BIG") == "" {
