@@ -15,13 +15,15 @@
 // so an empty file is a valid configuration: an in-memory store, the decision
 // API only, and no policies.
 //
-// Beside the fields of SPEC §4 the file may set: forwarded_header (which
-// header the trusted proxies write: auto, x-forwarded-for or forwarded); ipv6_prefix (how many
-// leading bits of an IPv6 client address key it, default 64); per policy
-// on_error (overrides store.on_error), cost_header (a response header in
-// which the upstream reports the real cost, charged after the fact) and
-// algorithm (only token_bucket for now); identity.jwt issuer and audience;
-// store.max_keys (the bound of the in-memory store, default a million keys).
+// Beside the fields of SPEC §4 the file may set:
+//   - forwarded_header: which header the trusted proxies write (auto,
+//     x-forwarded-for or forwarded);
+//   - ipv6_prefix: how many leading bits of an IPv6 client key it (64);
+//   - store.max_keys: the bound of the in-memory store (a million keys);
+//   - identity.jwt.issuer and audience: claims a token must carry;
+//   - per policy on_error (overrides store.on_error), cost_header (a
+//     response header in which the upstream reports the real cost, charged
+//     after the fact) and algorithm (only token_bucket for now).
 package config
 
 import (
