@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -182,5 +183,81 @@ func TestPacedThroughTheGateway(t *testing.T) {
 	}
 	if m := scrape(t, admin.URL); !strings.Contains(m, `sluice_decisions_total{outcome="delayed",policy="paced"} 3`) {
 		t.Errorf("/metrics does not count 3 delayed requests:\n%s", m)
+	}
+}
+
+// TestCostTrailerThroughProxy: a streaming upstream reports its cost in a
+// trailer; the gateway charges it and the client never sees it.
+func TestCostTrailerThroughProxy(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Sluice-Cost")
+		io.WriteString(w, "token token token")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Sluice-Cost", "40")
+	}))
+	defer upstream.Close()
+	_, gw, _ := newGateway(t, "upstream: "+upstream.URL+"\npolicies:\n  - {name: ai, match: /, cost_header: X-Sluice-Cost, anonymous: [{rate: 1/h, burst: 100}]}\n")
+	resp, err := http.Get(gw.URL + "/complete")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if v := resp.Trailer.Get("X-Sluice-Cost"); v != "" {
+		t.Errorf("cost trailer reached the client: %q", v)
+	}
+	resp, err = http.Get(gw.URL + "/complete")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("RateLimit-Remaining"); got != "59" {
+		t.Fatalf("after a streamed response that cost 40: remaining %s, want 59", got)
+	}
+}
+
+// TestReloadKeepsBuckets: a reload that keeps a policy's name and number of
+// rules keeps its callers' state; the store is not rebuilt.
+func TestReloadKeepsBuckets(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/sluice.yaml"
+	write := func(burst int) {
+		data := fmt.Sprintf("policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: %d}]}\n", burst)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(3)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	for range 3 {
+		status(t, srv.URL+"/x")
+	}
+	write(5)
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// The bucket is still empty: it refills towards the new burst of 5 at
+	// the rate, it does not start full.
+	if code, _ := status(t, srv.URL+"/x"); code != 429 {
+		t.Fatalf("after reload: %d, want 429 from the kept, empty bucket", code)
+	}
+	if err := os.WriteFile(path, []byte("policies: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reload(); err == nil {
+		t.Fatal("a broken file reloaded")
+	}
+	if g.Config().Policies[0].Anonymous[0].Burst != 5 {
+		t.Fatal("the running configuration was replaced by a broken one")
 	}
 }
