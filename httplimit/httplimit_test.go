@@ -452,7 +452,10 @@ func TestThrottleCancelledWaiterFreesSlot(t *testing.T) {
 	held := rw.last()
 	cancel() // the client hangs up while held
 	<-done
-	for e.counter("paced", "cancelled") != 1 {
+	for deadline := time.Now().Add(10 * time.Second); e.counter("paced", "cancelled") != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never noticed that the held client left")
+		}
 		time.Sleep(time.Millisecond) // the server notices the hang-up on its own
 	}
 	rw.mu.Lock()
