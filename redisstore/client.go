@@ -103,8 +103,26 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 	}
 	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
 	u.PoolSize = opts.PoolSize
+	// A caller's deadline (the resilience layer's, say) bounds the call,
+	// not only the read and write timeouts.
+	u.ContextTimeoutEnabled = true
+	if u.IsClusterMode && u.MasterName == "" {
+		c := u.Cluster()
+		// go-redis reloads the slot map every minute by default, and a
+		// dead master's dial errors do not trigger a reload: after a
+		// failover its slots would fail for up to a minute.
+		c.ClusterStateReloadInterval = ClusterReloadInterval
+		return redis.NewClusterClient(c), nil
+	}
+	if len(u.Addrs) > 1 && u.MasterName == "" {
+		return nil, errors.New("redisstore: several addresses but no cluster or sentinel: use cluster addresses for a Redis Cluster")
+	}
 	return redis.NewUniversalClient(u), nil
 }
+
+// ClusterReloadInterval is how often a Cluster client from NewClient
+// reloads the slot map, which bounds how long a failover goes unseen.
+const ClusterReloadInterval = time.Second
 
 func tlsFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -46,6 +46,8 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 type batcher struct {
+	mu       sync.RWMutex // held for reading while queueing; Close takes it to stop queueing
+	closed   bool
 	s        *Store
 	queue    chan *call
 	maxBatch int
@@ -78,14 +80,19 @@ func (b *batcher) do(ctx context.Context, o op) (sluice.Result, error) {
 	c := callPool.Get().(*call)
 	c.op, c.res, c.err = o, sluice.Result{}, nil
 	c.deadline, _ = ctx.Deadline()
-	select {
-	case b.queue <- c:
-	case <-ctx.Done():
-		callPool.Put(c)
-		return sluice.Result{}, ctx.Err()
-	case <-b.stop:
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
 		callPool.Put(c)
 		return sluice.Result{}, ErrClosed
+	}
+	select {
+	case b.queue <- c:
+		b.mu.RUnlock()
+	case <-ctx.Done():
+		b.mu.RUnlock()
+		callPool.Put(c)
+		return sluice.Result{}, ctx.Err()
 	}
 	select {
 	case <-c.done:
@@ -111,8 +118,17 @@ func (b *batcher) loop() {
 		select {
 		case first = <-b.queue:
 		case <-b.stop:
-			b.flushes.Wait()
-			return
+			// Nothing is queued after stop: answer what is left.
+			for {
+				select {
+				case c := <-b.queue:
+					c.err = ErrClosed
+					c.done <- struct{}{}
+				default:
+					b.flushes.Wait()
+					return
+				}
+			}
 		}
 		batch := []*call{first}
 		if timer != nil {
@@ -197,11 +213,12 @@ func (b *batcher) send(ctx context.Context, g []*call) {
 }
 
 func (b *batcher) close() {
-	select {
-	case <-b.stop:
-	default:
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
 		close(b.stop)
 	}
+	b.mu.Unlock()
 	b.loops.Wait()
 }
 

@@ -151,18 +151,20 @@ func runProcesses(t *testing.T, addrs []string, cluster bool, keys []string) (ma
 }
 
 // assertBound checks burst + rate × elapsed + 1 from above, and from below
-// that the callers did press on the limit (else the test proves nothing).
-func assertBound(t *testing.T, key string, admitted int64, elapsed time.Duration) {
+// that the callers did press on the limit (else the test proves nothing):
+// they asked for at least twice what the rule allows, and got at least
+// half of it (a loaded machine stalls callers, and a stalled bucket fills
+// up and wastes tokens, so the lower side is loose on purpose).
+func assertBound(t *testing.T, key string, admitted, asked int64, elapsed time.Duration) {
 	t.Helper()
 	r := sharedRule[0]
 	upper := float64(r.Burst) + r.Rate*elapsed.Seconds() + 1
-	lower := 0.9 * (float64(r.Burst) + r.Rate*runFor.Seconds())
-	t.Logf("key %s: admitted %d over %v; bound %.0f", key, admitted, elapsed.Round(time.Millisecond), upper)
+	t.Logf("key %s: admitted %d of %d over %v; bound %.0f", key, admitted, asked, elapsed.Round(time.Millisecond), upper)
 	if float64(admitted) > upper {
 		t.Errorf("key %s: admitted %d, more than burst + rate × elapsed + 1 = %.1f", key, admitted, upper)
 	}
-	if float64(admitted) < lower {
-		t.Errorf("key %s: admitted only %d, the callers never reached the limit (%.0f)", key, admitted, lower)
+	if float64(asked) < 2*upper || float64(admitted) < upper/2 {
+		t.Errorf("key %s: %d asked, %d admitted: the callers never pressed the limit of %.0f", key, asked, admitted, upper)
 	}
 }
 
@@ -170,7 +172,7 @@ func TestProcessesShareOneLimit(t *testing.T) {
 	srv := redistest.Start(t)
 	admitted, elapsed, checks := runProcesses(t, []string{srv.Addr()}, false, []string{"one-key"})
 	t.Logf("%d processes × %d goroutines made %d checks", processes, goroutines, checks)
-	assertBound(t, "one-key", admitted["one-key"], elapsed)
+	assertBound(t, "one-key", admitted["one-key"], checks, elapsed)
 }
 
 func TestProcessesShareOneLimitOnACluster(t *testing.T) {
@@ -192,6 +194,6 @@ func TestProcessesShareOneLimitOnACluster(t *testing.T) {
 	admitted, elapsed, checks := runProcesses(t, cluster.Addrs(), true, keys)
 	t.Logf("%d processes × %d goroutines made %d checks over 3 masters", processes, goroutines, checks)
 	for _, k := range keys {
-		assertBound(t, k, admitted[k], elapsed)
+		assertBound(t, k, admitted[k], checks/int64(len(keys)), elapsed)
 	}
 }
