@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,7 +43,7 @@ func main() {
 	memTime := flag.String("benchtime-memory", "400000x", "go test -benchtime of each in-memory benchmark")
 	redisTime := flag.String("benchtime-redis", "20000x", "go test -benchtime of each Redis benchmark")
 	gwDur := flag.Duration("gateway-duration", 4*time.Second, "timed part of each gateway load run")
-	gwConc := flag.Int("gateway-concurrency", 32, "concurrent clients of the gateway load")
+	gwConc := flag.String("gateway-concurrency", "1,32", "concurrent clients of the gateway loads, comma-separated")
 	gwRounds := flag.Int("gateway-rounds", 2, "load runs of each proxy, alternating; the best is reported")
 	from := flag.String("from", "", "print the table of an earlier run's raw output instead of running anything")
 	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
@@ -124,16 +125,23 @@ func main() {
 			}
 		}
 	}
-	var gw *gatewayResult
+	var gw []*gatewayResult
 	gwNote := ""
 	if parts["gateway"] {
-		step("gateway: sluice serve against httputil.ReverseProxy")
-		gw, err = runGateway(work, *gwConc, *gwDur, *gwRounds)
-		if err != nil {
-			gwNote = err.Error()
-			fmt.Fprintln(os.Stderr, "compare: gateway:", err)
-		} else {
-			writeGateway(rawFile, gw)
+		for _, cs := range strings.Split(*gwConc, ",") {
+			conc, err := strconv.Atoi(strings.TrimSpace(cs))
+			if err != nil || conc < 1 {
+				fatal(fmt.Errorf("-gateway-concurrency: %q is not a positive integer", cs))
+			}
+			step(fmt.Sprintf("gateway: sluice serve against httputil.ReverseProxy, %d clients", conc))
+			g, err := runGateway(work, conc, *gwDur, *gwRounds)
+			if err != nil {
+				gwNote = err.Error()
+				fmt.Fprintln(os.Stderr, "compare: gateway:", err)
+				break
+			}
+			writeGateway(rawFile, g)
+			gw = append(gw, g)
 		}
 	}
 

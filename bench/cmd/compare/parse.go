@@ -77,14 +77,15 @@ func writeGateway(w io.Writer, gw *gatewayResult) {
 }
 
 // readRaw reads the raw output of an earlier run.
-func readRaw(path string) ([]result, *gatewayResult, error) {
+func readRaw(path string) ([]result, []*gatewayResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
 	var rs []result
-	var gw *gatewayResult
+	var gw []*gatewayResult
+	byConc := map[int]*gatewayResult{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -96,8 +97,11 @@ func readRaw(path string) ([]result, *gatewayResult, error) {
 			rs = append(rs, r)
 			continue
 		}
-		if gw == nil {
-			gw = &gatewayResult{concurrency: r.callers}
+		g := byConc[r.callers]
+		if g == nil {
+			g = &gatewayResult{concurrency: r.callers}
+			byConc[r.callers] = g
+			gw = append(gw, g)
 		}
 		lr := bench.LoadResult{
 			Requests: r.n,
@@ -107,9 +111,9 @@ func readRaw(path string) ([]result, *gatewayResult, error) {
 			P99:      time.Duration(r.metrics["p99-ns"]),
 		}
 		if r.lib == "bare" {
-			gw.bare = lr
+			g.bare = lr
 		} else {
-			gw.sluice = lr
+			g.sluice = lr
 		}
 	}
 	return rs, gw, sc.Err()

@@ -77,7 +77,7 @@ type setting struct {
 
 func settingOf(r result) setting { return setting{r.bench, r.workload, r.callers, r.cost} }
 
-func buildTable(rs []result, gw *gatewayResult) *table {
+func buildTable(rs []result, gws []*gatewayResult) *table {
 	t := &table{}
 	sluiceOf := map[setting]result{}
 	for _, r := range rs {
@@ -134,7 +134,7 @@ func buildTable(rs []result, gw *gatewayResult) *table {
 				fmtDur(m["p50-ns"]), fmtDur(m["p99-ns"]), srv, bkey, ratio, cpuRatio})
 		}
 	}
-	if gw != nil {
+	for _, gw := range gws {
 		sluiceNs := 1e9 / gw.sluice.RPS()
 		for _, x := range []struct {
 			name string
@@ -193,7 +193,7 @@ func numCPU() int { return runtime.NumCPU() }
 
 // printTargets says where each target of the performance issues stands,
 // from this run's figures.
-func printTargets(w io.Writer, rs []result, gw *gatewayResult) {
+func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 	find := func(bench, wl string, c, cost int, lib string) (result, bool) {
 		for _, r := range rs {
 			if r.bench == bench && r.workload == wl && r.callers == c && r.cost == cost && r.lib == lib {
@@ -281,13 +281,29 @@ func printTargets(w io.Writer, rs []result, gw *gatewayResult) {
 				cu, sc.metrics["checks/call"], verdict(cu <= 2))
 		}
 	}
-	if gw != nil && gw.bare.RPS() > 0 && gw.sluice.RPS() > 0 {
-		x := gw.sluice.RPS() / gw.bare.RPS()
-		added := gw.sluice.P50 - gw.bare.P50
+	// Throughput at the highest load; added latency at the lowest, where
+	// p50 is the time of one request rather than the length of a queue.
+	var lo, hi *gatewayResult
+	for _, gw := range gws {
+		if gw.bare.RPS() == 0 || gw.sluice.RPS() == 0 {
+			continue
+		}
+		if lo == nil || gw.concurrency < lo.concurrency {
+			lo = gw
+		}
+		if hi == nil || gw.concurrency > hi.concurrency {
+			hi = gw
+		}
+	}
+	if hi != nil {
+		x := hi.sluice.RPS() / hi.bare.RPS()
 		fmt.Fprintf(w, "- gateway, %d clients: sluice serve %s req/s = %.0f%% of the bare proxy's %s: ≥ 80%%: %s\n",
-			gw.concurrency, fmtRate(gw.sluice.RPS()), 100*x, fmtRate(gw.bare.RPS()), verdict(x >= 0.8))
-		fmt.Fprintf(w, "- gateway, added p50: %v (%v vs %v): ≤ 100 µs: %s\n",
-			added.Round(time.Microsecond), gw.sluice.P50.Round(time.Microsecond), gw.bare.P50.Round(time.Microsecond),
+			hi.concurrency, fmtRate(hi.sluice.RPS()), 100*x, fmtRate(hi.bare.RPS()), verdict(x >= 0.8))
+	}
+	if lo != nil {
+		added := lo.sluice.P50 - lo.bare.P50
+		fmt.Fprintf(w, "- gateway, %d client(s), added p50: %v (%v vs %v): ≤ 100 µs: %s\n", lo.concurrency,
+			added.Round(time.Microsecond), lo.sluice.P50.Round(time.Microsecond), lo.bare.P50.Round(time.Microsecond),
 			verdict(added <= 100*time.Microsecond))
 	}
 }
