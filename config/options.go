@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 
+	"github.com/sluicehq/sluice/algo"
+
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -55,6 +57,9 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			Authenticated: c.keys.rules[at+".authenticated"],
 			MaxDelay:      p.MaxDelay,
 			Shadow:        p.Mode == "shadow",
+		}
+		if p.Algorithm != algo.TokenBucket {
+			hp.Algorithm = p.Algorithm
 		}
 		switch p.OnError {
 		case "closed":

@@ -17,8 +17,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice"
 )
@@ -177,6 +180,22 @@ func (v *validator) store() {
 	for i, a := range r.ClusterAddrs {
 		v.hostPort(fmt.Sprintf("store.redis.cluster_addrs[%d]", i), a)
 	}
+	tls := &v.c.Store.Redis.TLS
+	for _, f := range []struct {
+		field string
+		path  *string
+	}{{"ca_file", &tls.CAFile}, {"cert_file", &tls.CertFile}, {"key_file", &tls.KeyFile}} {
+		if *f.path == "" {
+			continue
+		}
+		*f.path = v.path(*f.path)
+		if _, err := os.ReadFile(*f.path); err != nil {
+			v.fail("store.redis.tls."+f.field, "%v; want a readable PEM file", err)
+		}
+	}
+	if (tls.CertFile == "") != (tls.KeyFile == "") {
+		v.fail("store.redis.tls", "want both cert_file and key_file for a client certificate, or neither")
+	}
 	for i, a := range r.Sentinel.Addrs {
 		v.hostPort(fmt.Sprintf("store.redis.sentinel.addrs[%d]", i), a)
 	}
@@ -332,8 +351,10 @@ func (v *validator) policies() {
 		}
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
 		v.oneOf(at+".on_error", p.OnError, "open", "closed", "local")
-		if p.Algorithm != "token_bucket" {
-			v.fail(at+".algorithm", "%q: want token_bucket (the only algorithm of the gateway so far)", p.Algorithm)
+		if !slices.Contains(algo.Names(), p.Algorithm) {
+			v.fail(at+".algorithm", "%q: want one of %s", p.Algorithm, strings.Join(algo.Names(), ", "))
+		} else if p.MaxDelay > 0 && !algo.Paces(p.Algorithm) {
+			v.fail(at+".max_delay", "%v: %s does not pace requests; want max_delay: 0s, or algorithm: token_bucket or leaky_bucket", p.MaxDelay, p.Algorithm)
 		}
 		seen := make(map[string]int)
 		for j, o := range p.Overrides {
