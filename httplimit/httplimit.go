@@ -107,8 +107,9 @@ type Policy struct {
 	// Local marks the policy for Options.Fallback (on_error: local).
 	Local bool
 
-	// Algorithm names the store of Options.Algorithms that decides this
-	// policy (a fixed window, say); empty means Options.Store.
+	// Algorithm names the policy's algorithm (see package algo) for a
+	// Store that serves several: the gateway's store reads it from the
+	// context that Options.StoreContext derives. Empty: the token bucket.
 	Algorithm string
 }
 
@@ -128,10 +129,6 @@ type Fallback func(ctx context.Context, policy string, req sluice.Request, err e
 type Options struct {
 	Store    sluice.Store
 	Policies []Policy
-
-	// Algorithms are the stores of policies that name an Algorithm, by
-	// that name (see package algo).
-	Algorithms map[string]sluice.Store
 
 	// TrustedProxies are the peers whose X-Forwarded-For or Forwarded
 	// header is believed. Empty: the connection's address is the client.
@@ -205,7 +202,6 @@ type Limiter struct {
 // policy is a Policy compiled for the hot path.
 type policy struct {
 	Policy
-	store        sluice.Store // Options.Store, or its algorithm's
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
 	counters     *policyCounters
@@ -251,12 +247,6 @@ func New(opts Options) (*Limiter, error) {
 		p, err := compile(opts.Policies[i])
 		if err != nil {
 			return nil, err
-		}
-		p.store = opts.Store
-		if p.Algorithm != "" {
-			if p.store = opts.Algorithms[p.Algorithm]; p.store == nil {
-				return nil, fmt.Errorf("httplimit: policy %q: no store for algorithm %q in Options.Algorithms", p.Name, p.Algorithm)
-			}
 		}
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
@@ -500,10 +490,10 @@ func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (slu
 	var err error
 	if l.timeout > 0 {
 		tctx, cancel := context.WithTimeout(ctx, l.timeout)
-		res, err = p.store.Check(tctx, req)
+		res, err = l.store.Check(tctx, req)
 		cancel()
 	} else {
-		res, err = p.store.Check(ctx, req)
+		res, err = l.store.Check(ctx, req)
 	}
 	l.metrics.observe(opCheck, time.Since(start), err)
 	if err != nil && p.Local && l.fallback != nil && !isInputError(err) {
@@ -525,7 +515,7 @@ func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	res, err := p.store.Adjust(ctx, key, delta, rules)
+	res, err := l.store.Adjust(ctx, key, delta, rules)
 	l.metrics.observe(opAdjust, time.Since(start), err)
 	if err != nil {
 		l.logStoreError(p, err, "adjust skipped")

@@ -46,10 +46,9 @@ type Gateway struct {
 	metrics *httplimit.Metrics
 	reloads *prometheus.CounterVec
 
-	store      sluice.Store            // what the policies check
-	algorithms map[string]sluice.Store // the stores of policies with another algorithm, by name
-	probe      sluice.Store            // what /readyz asks: the store itself, without failure policy
-	resilient  bool                    // store is a resilient layer in front of Redis
+	store      sluice.Store // what the policies check
+	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
+	resilient  bool         // store is a resilient layer in front of Redis
 	closeStore func() error
 
 	state atomic.Pointer[state]
@@ -97,69 +96,52 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 }
 
 func (g *Gateway) openStore(cfg *config.Config) error {
-	var closers []func() error
-	g.closeStore = func() error {
-		for _, c := range closers {
-			_ = c()
-		}
-		return nil
-	}
-	g.algorithms = map[string]sluice.Store{}
 	if cfg.Store.Type != "redis" {
 		local := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
-		g.store, g.probe = local, local
-		closers = append(closers, local.Close)
-		for _, name := range algo.Names() {
-			if name == algo.TokenBucket {
-				continue
-			}
-			st, err := algo.Memory(name, algo.MemoryOptions{MaxKeys: cfg.Store.MaxKeys})
-			if err != nil {
-				return err
-			}
-			g.algorithms[name] = st
-			closers = append(closers, st.Close)
+		all, err := newAlgorithms(local, func(name string) (algo.Store, error) {
+			return algo.Memory(name, algo.MemoryOptions{MaxKeys: cfg.Store.MaxKeys})
+		})
+		if err != nil {
+			_ = local.Close()
+			return err
 		}
+		g.store, g.probe = all, local
+		g.closeStore = func() error { _ = all.Close(); return local.Close() }
 		return nil
+	}
+	mode, err := resilient.ParseMode(cfg.Store.OnError)
+	if err != nil {
+		return fmt.Errorf("%s: store.on_error: %w", cfg.File, err)
 	}
 	client, raw, err := newRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
-	closers = append(closers, raw.Close, client.Close)
-	mode, err := resilient.ParseMode(cfg.Store.OnError)
+	all, err := newAlgorithms(raw, func(name string) (algo.Store, error) {
+		return algo.Redis(name, client, algo.RedisOptions{})
+	})
 	if err != nil {
-		_ = g.closeStore()
-		return fmt.Errorf("%s: store.on_error: %w", cfg.File, err)
+		_ = raw.Close()
+		_ = client.Close()
+		return err
 	}
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
-	// Each algorithm gets its own layer (its own breaker on the same Redis
-	// is fine: they fail and recover together); they share the metrics.
-	guard := func(st sluice.Store) *resilient.Store {
-		rs := resilient.New(st, resilient.Options{
-			OnError:      mode,
-			Instances:    cfg.Store.Instances,
-			Timeout:      cfg.Store.Redis.Timeout,
-			LocalMaxKeys: cfg.Store.MaxKeys,
-			Registerer:   g.reg,
-			Logger:       g.log,
-		})
-		closers = append([]func() error{rs.Close}, closers...)
-		return rs
-	}
-	g.store, g.probe, g.resilient = guard(raw), raw, true
-	for _, name := range algo.Names() {
-		if name == algo.TokenBucket {
-			continue
-		}
-		st, err := algo.Redis(name, client, algo.RedisOptions{})
-		if err != nil {
-			_ = g.closeStore()
-			return err
-		}
-		g.algorithms[name] = guard(st)
+	rs := resilient.New(all, resilient.Options{
+		OnError:      mode,
+		Instances:    cfg.Store.Instances,
+		Timeout:      cfg.Store.Redis.Timeout,
+		LocalMaxKeys: cfg.Store.MaxKeys,
+		Registerer:   g.reg,
+		Logger:       g.log,
+	})
+	g.store, g.probe, g.resilient = rs, raw, true
+	g.closeStore = func() error {
+		_ = rs.Close()
+		_ = all.Close()
+		_ = raw.Close()
+		return client.Close()
 	}
 	return nil
 }
@@ -182,11 +164,13 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		return nil, err
 	}
 	opts.Store = g.store
-	opts.Algorithms = g.algorithms
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
+	opts.StoreContext = withAlgorithm
 	if g.resilient {
-		opts.StoreContext = onErrorContext
+		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
+			return onErrorContext(withAlgorithm(ctx, p), p)
+		}
 	}
 	lim, err := httplimit.New(opts)
 	if err != nil {

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Redis dies under load and comes back: each failure policy does what it
+// says, no request waits much longer than the store deadline, and real
+// limiting is back within about one probe interval of Redis returning.
+func TestRedisKilledUnderLoad(t *testing.T) {
+	const (
+		deadline = 100 * time.Millisecond
+		margin   = 400 * time.Millisecond // this 2-core machine stalls goroutines for up to ~300 ms under load
+		rate     = 60.0
+		burst    = 30.0
+		outage   = 3 * time.Second
+	)
+	for _, mode := range []string{"open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: %v}\n  on_error: %s\n  instances: 3", srv.URL(), deadline, mode)
+			policy := fmt.Sprintf("policies:\n  - {name: api, match: \"GET /\", anonymous: [{rate: %v/s, burst: %v}]}", rate, burst)
+			up := upstream(t)
+			gws := []*gateway{startGateway(t, up, store, policy), startGateway(t, up, store, policy), startGateway(t, up, store, policy)}
+			run := func(d time.Duration) *tally {
+				var tl tally
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				load(ctx, gws, 12, 0, "/x", &tl)
+				return &tl
+			}
+			before := run(time.Second)
+			if before.get(429) == 0 {
+				t.Fatalf("before the outage no request was limited: %s", before)
+			}
+			srv.Kill()
+			during := run(outage)
+			for _, g := range gws {
+				if breakerClosed(t, g) {
+					t.Errorf("gateway %s: the breaker is still closed after %v of outage", g.traffic, outage)
+				}
+			}
+			restarted := time.Now() // from the start of the restart: a probe may answer before it returns
+			srv.Restart()
+			t.Logf("before: %s; during the outage: %s", before, during)
+
+			if during.slowest > deadline+margin {
+				t.Errorf("a request waited %v during the outage; the deadline is %v", during.slowest, deadline)
+			}
+			served, limited, unavailable := during.get(200), during.get(429), during.get(503)
+			failed := during.get(0) + during.get(500) + during.get(502)
+			if failed > 0 {
+				t.Errorf("%d requests failed outright during the outage", failed)
+			}
+			switch mode {
+			case "open":
+				if unavailable > 0 || served == 0 {
+					t.Errorf("on_error open: %d served, %d × 503; want every request served", served, unavailable)
+				}
+			case "closed":
+				if unavailable == 0 || served > limited+unavailable {
+					t.Errorf("on_error closed: %d served, %d × 503; want 503s", served, unavailable)
+				}
+			case "local":
+				// Three local buckets of rate/3 and burst/3: together the
+				// global limit, not three times it.
+				span := during.last.Sub(during.first).Seconds()
+				want := burst + rate*span
+				t.Logf("on_error local: %d admitted over %.2fs, the global limit allows %.0f", served, span, want)
+				if float64(served) > 1.1*want || float64(served) < 0.9*want {
+					t.Errorf("on_error local: admitted %d during the outage, want %.0f ± 10%%", served, want)
+				}
+			}
+
+			// Back: the breaker lets one request through as a probe every
+			// second; once a probe answers on every gateway, the (empty,
+			// restarted) Redis decides again.
+			back := time.Duration(-1)
+			for time.Since(restarted) < 5*time.Second {
+				closed := 0
+				for _, g := range gws {
+					if resp, err := http.Get("http://" + g.traffic + "/x"); err == nil {
+						resp.Body.Close()
+					}
+					if breakerClosed(t, g) {
+						closed++
+					}
+				}
+				if closed == len(gws) {
+					back = time.Since(restarted)
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("every breaker closed %v after Redis began to restart", back.Round(time.Millisecond))
+			if back < 0 || back > 2*time.Second {
+				t.Errorf("limiting not back within a probe interval (1s) and a margin after Redis returned: %v", back)
+			}
+			// And Redis limits again: its restarted bucket runs out.
+			after := run(time.Second)
+			if after.get(429) == 0 || after.get(503) > 0 || float64(after.get(200)) > burst+rate*1.5 {
+				t.Errorf("after recovery: %s; want Redis limiting again", after)
+			}
+		})
+	}
+}
+
+// breakerClosed reads the gateway's breaker state from its /metrics.
+func breakerClosed(t *testing.T, g *gateway) bool {
+	resp, err := http.Get("http://" + g.admin + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, `sluice_store_breaker_state{state="closed"}`) {
+			return strings.HasSuffix(line, " 1")
+		}
+	}
+	t.Fatalf("no breaker state in /metrics of %s", g.admin)
+	return false
+}
+
+// A flood from one denied caller is answered from each gateway's denial
+// cache: Redis sees a handful of calls per gateway per retry interval.
+func TestDenialFloodBarelyReachesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 500ms}", srv.URL())
+	policy := "policies:\n  - {name: api, match: \"GET /\", anonymous: [{rate: 1/s, burst: 5}]}"
+	up := upstream(t)
+	gws := []*gateway{startGateway(t, up, store, policy), startGateway(t, up, store, policy), startGateway(t, up, store, policy)}
+	srv.ResetStats(t)
+	var tl tally
+	start := time.Now()
+	load(context.Background(), gws, 32, 20_000, "/x", &tl)
+	elapsed := time.Since(start)
+	st := srv.CommandStats(t)
+	calls := st["evalsha"].Calls + st["eval"].Calls
+	intervals := elapsed.Seconds()/1.0 + 1 // the retry interval of 1/s is one second
+	perGateway := float64(calls) / 3 / intervals
+	t.Logf("20,000 requests in %v (%s): %d script calls, %.1f per gateway per retry interval", elapsed.Round(time.Millisecond), &tl, calls, perGateway)
+	if tl.get(200)+tl.get(429) != 20_000 {
+		t.Fatalf("not every request was answered: %s", &tl)
+	}
+	if perGateway > 5 {
+		t.Errorf("%.1f Redis calls per gateway per retry interval; want a handful (≤ 5)", perGateway)
+	}
+}
