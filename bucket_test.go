@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -182,5 +183,25 @@ func TestExpiryAfter(t *testing.T) {
 	b := []Bucket{{Tokens: 5}, {Tokens: -1}}
 	if got, want := ExpiryAfter(b, rules, time.Second), 31*time.Second; got != want {
 		t.Fatalf("ExpiryAfter = %v, want %v (30 s to refill rule 1 from -1, plus margin)", got, want)
+	}
+}
+
+// The one-rule fast path gives exactly what the general loop gives.
+func TestDecideOneIsDecide(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < 200_000; i++ {
+		r := Rule{Rate: rng.Float64()*100 + 0.01, Burst: 1 + rng.Int64N(50)}
+		b := Bucket{Tokens: rng.Float64()*float64(r.Burst+5) - 5, Last: rng.Int64N(10 * sec)}
+		now := rng.Int64N(10 * sec)
+		cost := rng.Int64N(r.Burst + 1)
+		delay := time.Duration(rng.Int64N(3)) * time.Second
+		// A rule listed twice decides as the rule alone, through the loop.
+		general := []Bucket{b, b}
+		want := Decide(general, []Rule{r, r}, now, cost, delay)
+		one := b
+		got := decideOne(&one, r, now, cost, delay)
+		if got != want || one != general[0] {
+			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v:\none  %+v %+v\nloop %+v %+v", r, b, now, cost, delay, got, one, want, general[0])
+		}
 	}
 }

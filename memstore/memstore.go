@@ -126,7 +126,7 @@ func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	sl := sh.entry(s, h, req.Rules, now)
 	b := sh.t.buckets(sl)
 	res := sluice.Decide(b, req.Rules, now, req.Cost, req.MaxDelay)
-	sl.fullAt = fullAt(b, req.Rules, now)
+	sl.fullAt = fullAt(b, req.Rules, now, res)
 	sh.mu.Unlock()
 	return res
 }
@@ -147,7 +147,7 @@ func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64
 	sl := sh.entry(s, h, rules, now)
 	b := sh.t.buckets(sl)
 	res := sluice.AdjustBuckets(b, rules, now, delta)
-	sl.fullAt = fullAt(b, rules, now)
+	sl.fullAt = fullAt(b, rules, now, res)
 	sh.mu.Unlock()
 	return res
 }
@@ -225,8 +225,12 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 	return sl
 }
 
-// fullAt is the time, in Unix µs, when every bucket of b is full again.
-func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64) int64 {
+// fullAt is the time, in Unix µs, when every bucket of b is full again:
+// for one rule, the result's ResetAfter says it already.
+func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64, res sluice.Result) int64 {
+	if len(rules) == 1 {
+		return now + res.ResetAfter.Microseconds()
+	}
 	return now + sluice.ExpiryAfter(b, rules, 0).Microseconds()
 }
 
