@@ -1,0 +1,112 @@
+// Command instructions counts the instructions a Redis server spends per
+// rate limit check, with callgrind: a count that, unlike CPU time, is the
+// same from run to run whatever else the machine does. run.sh starts
+// redis-server under valgrind and calls this program once per limiter.
+//
+//	go run ./cmd/instructions -addr 127.0.0.1:6399 -limiter sluice -n 6400
+//
+// It warms the keys up, then prints the number of checks of the measured
+// round, between two markers that run.sh reads the counters at.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+//go:embed classic.lua
+var classicLua string
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6399", "the redis-server run.sh started")
+	limiter := flag.String("limiter", "sluice", "empty-script | classic | sluice | sluice-client-clock | sluice-2-rules | sluice-coalesced")
+	n := flag.Int("n", 6400, "checks in the measured round")
+	zero := flag.String("zero", "", "command run before the measured round (run.sh: callgrind_control -z PID)")
+	dump := flag.String("dump", "", "command run after it (run.sh: callgrind_control -d PID)")
+	flag.Parse()
+
+	client := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 32})
+	defer client.Close()
+	check, closeFn := build(client, *limiter)
+	defer closeFn()
+	round := func(count int) {
+		var wg sync.WaitGroup
+		per := count / 32
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < per; i++ {
+					if err := check(fmt.Sprint("user-", (g*per+i)%10000)); err != nil {
+						fmt.Fprintln(os.Stderr, err)
+						os.Exit(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	round(*n / 2) // warm up: connections, script cache, keys
+	run(*zero)
+	round(*n)
+	run(*dump)
+	fmt.Println(*n / 32 * 32)
+}
+
+func run(cmd string) {
+	if cmd == "" {
+		return
+	}
+	if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n%s", cmd, err, out)
+		os.Exit(1)
+	}
+}
+
+func build(client *redis.Client, name string) (func(key string) error, func()) {
+	ctx := context.Background()
+	one := []sluice.Rule{{Rate: 1e5, Burst: 1e9}}
+	storeCheck := func(rs *redisstore.Store, rules []sluice.Rule) func(string) error {
+		return func(key string) error {
+			_, err := rs.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
+			return err
+		}
+	}
+	switch name {
+	case "sluice":
+		return storeCheck(redisstore.New(client, redisstore.Options{}), one), func() {}
+	case "sluice-client-clock":
+		return storeCheck(redisstore.New(client, redisstore.Options{Now: time.Now}), one), func() {}
+	case "sluice-2-rules":
+		return storeCheck(redisstore.New(client, redisstore.Options{}), append(one, sluice.Rule{Rate: 1e4, Burst: 1e9})), func() {}
+	case "sluice-coalesced":
+		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		return storeCheck(rs, one), func() { rs.Close() }
+	case "empty-script": // the floor: a round trip and an EVALSHA that does nothing
+		script := redis.NewScript("return 1")
+		return func(key string) error {
+			return script.Run(ctx, client, []string{"empty:" + key}).Err()
+		}, func() {}
+	case "classic":
+		script := redis.NewScript(classicLua)
+		return func(key string) error {
+			now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+			return script.Run(ctx, client, []string{"classic:" + key}, "100000", "1000000000", now, "1").Err()
+		}, func() {}
+	}
+	fmt.Fprintf(os.Stderr, "unknown limiter %q\n", name)
+	os.Exit(2)
+	return nil, nil
+}
