@@ -29,7 +29,8 @@
 -- remaining, retry after µs, reset after µs, delay µs.
 --
 -- Written for speed in Redis's interpreter: library functions in locals,
--- no closures, and per-rule state in two flat tables reused across checks.
+-- no closures, per-rule state in two flat tables reused across checks, and
+-- a check of one rule unrolled (decideOne), with no tables at all.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
 local ceil, floor, min, huge = math.ceil, math.floor, math.min, math.huge
@@ -51,111 +52,156 @@ for j = 1, #KEYS do
   local key = KEYS[j]
   local op, amount, max_delay, n = argv[a], argv[a + 1], argv[a + 2], argv[a + 3]
   a = a + 4
-  for i = 1, 2 * n do
-    rb[i] = argv[a]
-    a = a + 1
-  end
-  local format = rep('d', 2 * n)
-  local packed = call('GET', key)
-  if packed and #packed == 16 * n then
-    s = { unpack_struct(format, packed) }
-  else
-    s = {}
-    for i = 1, n do
-      s[2 * i - 1], s[2 * i] = rb[2 * i], now -- FullBucket
+  if op == 0 and n == 1 then
+    -- One check of one rule: decideOne, unrolled as in tokenbucket1.lua,
+    -- for coalesced batches of the common case.
+    local rate, burst = argv[a], argv[a + 1]
+    a = a + 2
+    local tokens, last = burst, now
+    local packed = call('GET', key)
+    if packed and #packed == 16 then
+      tokens, last = unpack_struct('<dd', packed)
     end
-  end
-
-  -- refill every rule: min(burst, tokens + max(0, now - last) * rate);
-  -- last never moves backwards, so a clock behind never mints tokens.
-  -- Check (Decide): wait is the µs until every bucket holds cost.
-  -- Adjust (AdjustBuckets): take delta, capped at the burst.
-  local cost, wait, allowed = 0, 0, true
-  if op == 0 then
-    cost = amount
-  end
-  for i = 1, n do
-    local rate, burst = rb[2 * i - 1], rb[2 * i]
-    local elapsed = now - s[2 * i]
+    local elapsed = now - last
     if elapsed < 0 then
       elapsed = 0
     end
-    local tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
-    if s[2 * i] < now then
-      s[2 * i] = now
+    tokens = min(burst, tokens + elapsed / 1e6 * rate)
+    if last < now then
+      last = now
+    end
+    local wait = 0
+    if tokens + tolerance < amount then
+      wait = ceil((amount - tokens) / rate * 1e6)
+    end
+    local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
+    local retry, delay = 0, 0
+    if not allowed then
+      retry = wait
+    else
+      if wait > 0 then
+        delay = wait
+      end
+      tokens = tokens - amount
+    end
+    local rem, reset = 0, 0
+    if tokens > 0 then
+      rem = floor(tokens + tolerance)
+    end
+    if burst - tokens > 0 then
+      reset = ceil((burst - tokens) / rate * 1e6)
+    end
+    call('SET', key, pack('<dd', tokens, last), 'PX', ceil(reset / 1000) + margin_ms)
+    local o = 7 * (j - 1)
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
+      allowed and 1 or 0, 0, burst, rem, retry, reset, delay
+  else
+    for i = 1, 2 * n do
+      rb[i] = argv[a]
+      a = a + 1
+    end
+    local format = '<' .. rep('d', 2 * n)
+    local packed = call('GET', key)
+    if packed and #packed == 16 * n then
+      s = { unpack_struct(format, packed) }
+    else
+      s = {}
+      for i = 1, n do
+        s[2 * i - 1], s[2 * i] = rb[2 * i], now -- FullBucket
+      end
+    end
+
+    -- refill every rule: min(burst, tokens + max(0, now - last) * rate);
+    -- last never moves backwards, so a clock behind never mints tokens.
+    -- Check (Decide): wait is the µs until every bucket holds cost.
+    -- Adjust (AdjustBuckets): take delta, capped at the burst.
+    local cost, wait, allowed = 0, 0, true
+    if op == 0 then
+      cost = amount
+    end
+    for i = 1, n do
+      local rate, burst = rb[2 * i - 1], rb[2 * i]
+      local elapsed = now - s[2 * i]
+      if elapsed < 0 then
+        elapsed = 0
+      end
+      local tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
+      if s[2 * i] < now then
+        s[2 * i] = now
+      end
+      if op == 0 then
+        if tokens + tolerance < cost then
+          local w = ceil((cost - tokens) / rate * 1e6) -- micros
+          if w > wait then
+            wait = w
+          end
+        end
+      else
+        tokens = min(burst, tokens - amount)
+        if tokens + tolerance < 0 then
+          allowed = false
+        end
+      end
+      s[2 * i - 1] = tokens
     end
     if op == 0 then
-      if tokens + tolerance < cost then
-        local w = ceil((cost - tokens) / rate * 1e6) -- micros
-        if w > wait then
-          wait = w
+      allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
+      if allowed then
+        for i = 1, n do
+          s[2 * i - 1] = s[2 * i - 1] - cost
         end
       end
-    else
-      tokens = min(burst, tokens - amount)
-      if tokens + tolerance < 0 then
-        allowed = false
-      end
     end
-    s[2 * i - 1] = tokens
-  end
-  if op == 0 then
-    allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-    if allowed then
-      for i = 1, n do
-        s[2 * i - 1] = s[2 * i - 1] - cost
-      end
-    end
-  end
 
-  -- report: denied, the rule that makes the caller wait longest; allowed,
-  -- the one with the fewest whole tokens (remaining), ties to the one
-  -- furthest from full. longest feeds ExpiryAfter.
-  local best, best_rem, best_reset, retry, longest = 1, huge, -1, 0, 0
-  for i = 1, n do
-    local rate, tokens = rb[2 * i - 1], s[2 * i - 1]
-    local reset = 0
-    if rb[2 * i] - tokens > 0 then
-      reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
-    end
-    if reset > longest then
-      longest = reset
-    end
-    if not allowed then
-      if tokens + tolerance < cost then
-        local w = ceil((cost - tokens) / rate * 1e6)
-        if w > retry then
-          best, retry = i, w
+    -- report: denied, the rule that makes the caller wait longest; allowed,
+    -- the one with the fewest whole tokens (remaining), ties to the one
+    -- furthest from full. longest feeds ExpiryAfter.
+    local best, best_rem, best_reset, retry, longest = 1, huge, -1, 0, 0
+    for i = 1, n do
+      local rate, tokens = rb[2 * i - 1], s[2 * i - 1]
+      local reset = 0
+      if rb[2 * i] - tokens > 0 then
+        reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
+      end
+      if reset > longest then
+        longest = reset
+      end
+      if not allowed then
+        if tokens + tolerance < cost then
+          local w = ceil((cost - tokens) / rate * 1e6)
+          if w > retry then
+            best, retry = i, w
+          end
+        end
+      else
+        local rem = 0
+        if tokens > 0 then
+          rem = floor(tokens + tolerance)
+        end
+        if rem < best_rem or (rem == best_rem and reset > best_reset) then
+          best, best_rem, best_reset = i, rem, reset
         end
       end
-    else
-      local rem = 0
-      if tokens > 0 then
-        rem = floor(tokens + tolerance)
-      end
-      if rem < best_rem or (rem == best_rem and reset > best_reset) then
-        best, best_rem, best_reset = i, rem, reset
-      end
     end
-  end
 
-  -- ExpiryAfter: keep the state until every bucket is full again, plus
-  -- the margin; set on every path, denials included.
-  call('SET', key, pack(format, unpack(s, 1, 2 * n)), 'PX', ceil(longest / 1000) + margin_ms)
+    -- ExpiryAfter: keep the state until every bucket is full again, plus
+    -- the margin; set on every path, denials included.
+    call('SET', key, pack(format, unpack(s, 1, 2 * n)), 'PX', ceil(longest / 1000) + margin_ms)
 
-  local tokens, burst, rate = s[2 * best - 1], rb[2 * best], rb[2 * best - 1]
-  local rem, reset, delay = 0, 0, 0
-  if tokens > 0 then
-    rem = floor(tokens + tolerance)
+    local tokens, burst, rate = s[2 * best - 1], rb[2 * best], rb[2 * best - 1]
+    local rem, reset, delay = 0, 0, 0
+    if tokens > 0 then
+      rem = floor(tokens + tolerance)
+    end
+    if burst - tokens > 0 then
+      reset = ceil((burst - tokens) / rate * 1e6)
+    end
+    if allowed and wait > 0 then
+      delay = wait
+    end
+    local o = 7 * (j - 1)
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
+      allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay
   end
-  if burst - tokens > 0 then
-    reset = ceil((burst - tokens) / rate * 1e6)
-  end
-  if allowed and wait > 0 then
-    delay = wait
-  end
-  local o = 7 * (j - 1)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
-    allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay
 end
 return pack('<' .. rep('d', #out), unpack(out))
