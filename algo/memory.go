@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/monotonic"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -59,7 +61,7 @@ func newMemStore[S any](name string, opts MemoryOptions, decide decideFunc[S], a
 	}
 	s := &memStore[S]{
 		name: name, shards: make([]memShard[S], n), mask: uint64(n - 1), seed: maphash.MakeSeed(),
-		now: monotonicMicros(), decide: decide, adjust: adjust, stop: make(chan struct{}),
+		now: monotonic.Micros(), decide: decide, adjust: adjust, stop: make(chan struct{}),
 	}
 	if opts.Now != nil {
 		s.now = func() int64 { return opts.Now().UnixMicro() }
@@ -202,13 +204,4 @@ func (s *memStore[S]) sweepEvery(interval time.Duration) {
 			s.Sweep(s.now())
 		}
 	}
-}
-
-// monotonicMicros is a clock of Unix microseconds that reads only the
-// monotonic clock after its start, so a wall-clock step neither frees nor
-// takes capacity.
-func monotonicMicros() func() int64 {
-	start := time.Now()
-	startUs := start.UnixMicro()
-	return func() int64 { return startUs + time.Since(start).Microseconds() }
 }

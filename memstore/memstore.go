@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/monotonic"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -86,7 +88,7 @@ func New(opts Options) *Store {
 		shards: make([]shard, n),
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
-		now:    monotonicMicros(),
+		now:    monotonic.Micros(),
 		stop:   make(chan struct{}),
 	}
 	if opts.Now != nil {
@@ -236,12 +238,3 @@ func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64, res sluice.Result
 
 // evictSample is how many keys evict looks at when none is full again.
 const evictSample = 8
-
-// monotonicMicros returns a clock of Unix microseconds that reads only the
-// monotonic clock: time.Since on a time that carries a monotonic reading
-// does not read the wall clock.
-func monotonicMicros() func() int64 {
-	start := time.Now()
-	startUs := start.UnixMicro()
-	return func() int64 { return startUs + time.Since(start).Microseconds() }
-}

@@ -11,23 +11,19 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/redisstore"
 )
-
-//go:embed classic.lua
-var classicLua string
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6399", "the redis-server run.sh started")
@@ -99,12 +95,12 @@ func build(client *redis.Client, name string) (func(key string) error, func()) {
 		return func(key string) error {
 			return script.Run(ctx, client, []string{"empty:" + key}).Err()
 		}, func() {}
-	case "classic":
-		script := redis.NewScript(classicLua)
+	case "classic": // the suite's own classic limiter (bench/classic.lua)
+		l := bench.NewRedis("classic-lua", client)
 		return func(key string) error {
-			now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-			return script.Run(ctx, client, []string{"classic:" + key}, "100000", "1000000000", now, "1").Err()
-		}, func() {}
+			_, err := l.Allow(ctx, key, 1)
+			return err
+		}, func() { l.Close() }
 	}
 	fmt.Fprintf(os.Stderr, "unknown limiter %q\n", name)
 	os.Exit(2)
