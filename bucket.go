@@ -38,7 +38,11 @@ func refill(b Bucket, r Rule, now int64) float64 {
 		elapsed = 0
 	}
 	gained := float64(float64(elapsed) / 1e6 * r.Rate)
-	return math.Min(float64(r.Burst), float64(b.Tokens+gained))
+	tokens, burst := float64(b.Tokens+gained), float64(r.Burst)
+	if tokens > burst { // math.Min, but inlined: neither is ever NaN
+		return burst
+	}
+	return tokens
 }
 
 // Decide applies a check of cost (and, when maxDelay > 0, a reservation
@@ -53,9 +57,13 @@ func refill(b Bucket, r Rule, now int64) float64 {
 // refill and the time of it are recorded either way, and Last never moves
 // backwards.
 func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
-	if len(rules) == 1 {
+	if len(rules) == 1 { // small enough to inline: the common case costs no extra call
 		return decideOne(&buckets[0], rules[0], now, cost, maxDelay)
 	}
+	return decideMany(buckets, rules, now, cost, maxDelay)
+}
+
+func decideMany(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
 	c := float64(cost)
 	var wait int64 // µs until every bucket holds cost
 	for i, r := range rules {
@@ -169,7 +177,7 @@ func remaining(tokens float64) int64 {
 	if tokens <= 0 {
 		return 0
 	}
-	return int64(math.Floor(tokens + tolerance))
+	return int64(tokens + tolerance) // truncation is math.Floor for a positive number
 }
 
 // micros rounds seconds up to whole microseconds; a non-positive span is 0.
@@ -177,7 +185,15 @@ func micros(seconds float64) int64 {
 	if seconds <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(float64(seconds * 1e6)))
+	us := float64(seconds * 1e6)
+	if us >= 1<<62 { // beyond any real wait: leave the rounding to math.Ceil
+		return int64(math.Ceil(us))
+	}
+	n := int64(us) // math.Ceil, inlined: truncate, then round up a fraction
+	if float64(n) < us {
+		n++
+	}
+	return n
 }
 
 func durationOf(seconds float64) time.Duration {
@@ -199,6 +215,17 @@ func ExpiryAfter(buckets []Bucket, rules []Rule, margin time.Duration) time.Dura
 // ValidateRequest reports why req cannot be checked, or nil. The error
 // wraps ErrInvalid or ErrCostExceedsBurst.
 func ValidateRequest(req Request) error {
+	// The common case, a valid check of one rule, is decided inline; the
+	// rest, and every error, in validateRequest.
+	if len(req.Rules) == 1 && req.Key != "" && req.Cost >= 0 && req.MaxDelay >= 0 {
+		if r := req.Rules[0]; r.Rate > 0 && r.Rate <= math.MaxFloat64 && r.Burst >= 1 && req.Cost <= r.Burst {
+			return nil
+		}
+	}
+	return validateRequest(req)
+}
+
+func validateRequest(req Request) error {
 	if req.Key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -203,5 +204,38 @@ func TestDecideOneIsDecide(t *testing.T) {
 		if got != want || one != general[0] {
 			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v:\none  %+v %+v\nloop %+v %+v", r, b, now, cost, delay, got, one, want, general[0])
 		}
+	}
+}
+
+// TestRoundingIsMathCeilAndFloor holds the inlined rounding of micros and
+// remaining to math.Ceil and math.Floor, which the Lua scripts use, over
+// random values of every magnitude and the edges around whole numbers.
+func TestRoundingIsMathCeilAndFloor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	check := func(x float64) {
+		t.Helper()
+		want := int64(0)
+		if x > 0 {
+			want = int64(math.Ceil(x * 1e6))
+		}
+		if got := micros(x); got != want {
+			t.Fatalf("micros(%v) = %d, want %d", x, got, want)
+		}
+		want = 0
+		if x > 0 {
+			want = int64(math.Floor(x + tolerance))
+		}
+		if got := remaining(x); got != want {
+			t.Fatalf("remaining(%v) = %d, want %d", x, got, want)
+		}
+	}
+	for _, x := range []float64{0, -1, 1e-6, 1e-7, 0.5, 1, 1 - 1e-12, 1 + 1e-12, 4.6e12, 9.2e12, 1e13, 1e20, math.Nextafter(1<<62/1e6, 0)} {
+		check(x)
+	}
+	for i := 0; i < 200_000; i++ {
+		x := math.Ldexp(rng.Float64(), rng.IntN(80)-30)
+		check(x)
+		check(math.Round(x))
+		check(math.Nextafter(math.Round(x), 0))
 	}
 }

@@ -1,9 +1,13 @@
 // Package memstore is the in-process sluice.Store: token buckets in
 // memory, for one process or as the fallback of a shared store.
 //
-// Keys are spread over shards, each with its own lock, so checks on
-// different keys rarely contend; a check on a key that exists allocates
-// nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
+// Keys are spread over shards. A check of a one-rule key that exists
+// takes no shard lock: it locks the key's slot alone, with one
+// compare-and-swap on the cache line that holds the key's state, so checks
+// of different keys never contend and checks of one hot key wait only for
+// each other's few nanoseconds of arithmetic. New keys, keys of several
+// rules, the sweep and eviction take the shard's mutex. A check on a key
+// that exists allocates nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
 // per store, so no caller can aim for a collision; 59 of its bits tell keys
 // apart, so two of a million keys share state with a chance of about one
 // in a million), and the state of a key with one rule sits in its slot of
@@ -68,7 +72,7 @@ type Store struct {
 
 // shard holds some keys under its own lock.
 type shard struct {
-	mu sync.Mutex
+	mu sync.Mutex // for writers of the table: see table
 	t  table
 	_  [64]byte // keeps neighbouring shards' locks off one cache line
 }
@@ -121,14 +125,26 @@ func (s *Store) Check(_ context.Context, req sluice.Request) (sluice.Result, err
 
 // CheckAt decides a valid req at now, in Unix microseconds: the clock-free
 // core of Check, for simulations and for callers that validated already.
+//
+// A one-rule key that exists is decided under its slot's lock alone (see
+// table); a new key, or one with several rules, under the shard's mutex.
 func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h>>56&s.mask]
+	if len(req.Rules) == 1 {
+		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
+			res := sluice.Decide(sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
+			sl.fullAt = now + res.ResetAfter.Microseconds()
+			sl.unlock()
+			return res
+		}
+	}
 	sh.mu.Lock()
 	sl := sh.entry(s, h, req.Rules, now)
 	b := sh.t.buckets(sl)
 	res := sluice.Decide(b, req.Rules, now, req.Cost, req.MaxDelay)
 	sl.fullAt = fullAt(b, req.Rules, now, res)
+	sl.unlock()
 	sh.mu.Unlock()
 	return res
 }
@@ -145,11 +161,20 @@ func (s *Store) Adjust(_ context.Context, key string, delta int64, rules []sluic
 func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64) sluice.Result {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h>>56&s.mask]
+	if len(rules) == 1 {
+		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
+			res := sluice.AdjustBuckets(sl.b[:], rules, now, delta)
+			sl.fullAt = now + res.ResetAfter.Microseconds()
+			sl.unlock()
+			return res
+		}
+	}
 	sh.mu.Lock()
 	sl := sh.entry(s, h, rules, now)
 	b := sh.t.buckets(sl)
 	res := sluice.AdjustBuckets(b, rules, now, delta)
 	sl.fullAt = fullAt(b, rules, now, res)
+	sl.unlock()
 	sh.mu.Unlock()
 	return res
 }
@@ -201,13 +226,14 @@ func (s *Store) sweepEvery(interval time.Duration) {
 	}
 }
 
-// entry returns the slot of key's state for rules, creating full buckets
-// when the key is new. A key checked with another number of rules is
-// another state (so changing a policy's rules resets its keys; the old
+// entry returns the slot of key's state for rules, locked, creating full
+// buckets when the key is new. A key checked with another number of rules
+// is another state (so changing a policy's rules resets its keys; the old
 // state is swept once full). sh.mu is held.
 func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *slot {
 	id := makeID(hash, len(rules))
 	if sl := sh.t.find(id); sl != nil {
+		sl.lock()
 		return sl
 	}
 	if s.shardCap > 0 && sh.t.used >= s.shardCap {

@@ -215,3 +215,91 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// TestLockFreeChecksLoseNoUpdate races checks of one-rule keys (which take
+// only their slot's lock) against everything that moves slots under the
+// shard's mutex: inserts that grow the table, a sweep that deletes and
+// shifts back, and keys of two rules on the locked path. The clock is
+// stopped and the refill negligible, so each counted key must admit
+// exactly its burst: a lost update would admit more, a state held twice
+// would admit twice.
+func TestLockFreeChecksLoseNoUpdate(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Shards: 2, SweepInterval: -1, Now: clock.Now})
+	defer s.Close()
+	const (
+		keys    = 500
+		burst   = 20
+		callers = 8
+		checks  = 40_000
+	)
+	one := rules(1e-6, burst)
+	two := []sluice.Rule{{Rate: 1e-6, Burst: burst}, {Rate: 1e-6, Burst: 2 * burst}}
+	churn := rules(1e6, 1) // full again 1 µs after a check: the sweep drops these
+	var admitted [keys]atomic.Int64
+	name := func(k int) string { return fmt.Sprintf("counted-%d", k) }
+	ruleOf := func(k int) []sluice.Rule {
+		if k%10 == 0 {
+			return two
+		}
+		return one
+	}
+
+	stop := make(chan struct{})
+	var sweeps sync.WaitGroup
+	sweeps.Add(1)
+	go func() { // sweeps until the callers are done
+		defer sweeps.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.Sweep(clock.Micros() + 10)
+				runtime.Gosched()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			x := uint64(g)*0x9e3779b97f4a7c15 + 1
+			for i := 0; i < checks; i++ {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				if i%3 == 0 { // a new key: an insert, now and then a grow
+					s.Check(ctx, sluice.Request{Key: fmt.Sprintf("churn-%d-%d", g, i), Cost: 1, Rules: churn})
+					continue
+				}
+				k := int(x % keys)
+				res, err := s.Check(ctx, sluice.Request{Key: name(k), Cost: 1, Rules: ruleOf(k)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	sweeps.Wait()
+
+	for k := range admitted {
+		// Every key was checked far more than burst times (about 430 on average),
+		// so each must have admitted its burst, no more, no less.
+		if got := admitted[k].Load(); got != burst {
+			t.Errorf("key %d (%d rules) admitted %d, want exactly %d", k, len(ruleOf(k)), got, burst)
+		}
+	}
+	// And every counted key is still held, once.
+	if n := s.Len(); n < keys {
+		t.Errorf("store holds %d keys, fewer than the %d counted ones", n, keys)
+	}
+}

@@ -24,7 +24,9 @@ func tableOps(t *testing.T, data []byte) {
 			if s := tb.find(id); s != nil {
 				s.fullAt = int64(b)
 			} else {
-				tb.insert(id).fullAt = int64(b)
+				s := tb.insert(id)
+				s.fullAt = int64(b)
+				s.unlock()
 			}
 			ref[id] = int64(b)
 		case 2: // sweep everything full at b
@@ -55,9 +57,12 @@ func tableOps(t *testing.T, data []byte) {
 		}
 		for k, f := range ref {
 			s := tb.find(k)
-			if s == nil || s.fullAt != f {
-				t.Fatalf("id %x: found %v, want fullAt %d", k, s, f)
+			if s == nil || s.fullAt != f || s.id.Load() != k {
+				t.Fatalf("id %x: found %v, want fullAt %d, unlocked", k, s, f)
 			}
+		}
+		if p := tb.cur.Load(); p != nil && &(*p)[0] != &tb.slots[0] {
+			t.Fatal("the published array is not the table's")
 		}
 	}
 }
