@@ -27,16 +27,33 @@ func UpstreamHandler() http.Handler {
 // else in front of upstream. It is given a pool of idle connections to the
 // upstream as large as sluice serve's (http.DefaultTransport keeps 2 a
 // host, and 32 clients would then open a connection per request), so that
-// the difference measured is sluice's own work.
-func BareProxy(upstream *url.URL) http.Handler {
+// the difference measured is sluice's own work. With pooled, it also
+// reuses its 32 KiB copy buffers through a BufferPool, as sluice serve
+// does, instead of allocating one per request: the baseline for what
+// sluice's limiting alone costs.
+func BareProxy(upstream *url.URL, pooled bool) http.Handler {
 	p := httputil.NewSingleHostReverseProxy(upstream)
 	p.Transport = &http.Transport{
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
 	}
+	if pooled {
+		p.BufferPool = &bufferPool{}
+	}
 	return p
 }
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // LoadResult is what one load run measured.
 type LoadResult struct {

@@ -200,6 +200,23 @@ var upstreamTransport = &http.Transport{
 	ExpectContinueTimeout: time.Second,
 }
 
+// copyBuffers lends ReverseProxy the 32 KiB buffer it copies each response
+// body through, which it would otherwise allocate for every request: that
+// allocation was most of the gateway's garbage, and its collection a fifth
+// of its CPU under load.
+var copyBuffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
 // proxy forwards to u. X-Forwarded-For passes on only from a trusted peer.
 func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix) http.Handler {
 	return &httputil.ReverseProxy{
@@ -217,8 +234,9 @@ func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix) http.Handler {
 			}
 			pr.SetXForwarded()
 		},
-		Transport: upstreamTransport,
-		ErrorLog:  slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		Transport:  upstreamTransport,
+		BufferPool: copyBuffers,
+		ErrorLog:   slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) {
 				w.WriteHeader(499) // the client went away; nobody reads this

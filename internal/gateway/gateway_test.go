@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
@@ -260,4 +262,45 @@ func TestReloadKeepsBuckets(t *testing.T) {
 	if g.Config().Policies[0].Anonymous[0].Burst != 5 {
 		t.Fatal("the running configuration was replaced by a broken one")
 	}
+}
+
+// The proxy copies bodies through pooled buffers: concurrent large
+// responses, each different, must still arrive whole and unmixed.
+func TestProxyBuffersAreNotShared(t *testing.T) {
+	body := func(n int) []byte {
+		b := make([]byte, 100_000+n*1013) // several 32 KiB buffers each, never a multiple
+		for i := range b {
+			b[i] = byte(n*31 + i*7)
+		}
+		return b
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n int
+		fmt.Sscan(strings.TrimPrefix(r.URL.Path, "/"), &n)
+		w.Write(body(n))
+	}))
+	defer upstream.Close()
+	_, traffic, _ := newGateway(t, "upstream: "+upstream.URL+"\n")
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				n := g*20 + i
+				resp, err := http.Get(fmt.Sprintf("%s/%d", traffic.URL, n))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || !bytes.Equal(got, body(n)) {
+					t.Errorf("response %d: %d bytes, err %v: not the upstream's body", n, len(got), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

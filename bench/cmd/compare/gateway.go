@@ -19,8 +19,8 @@ import (
 
 // gatewayResult is the best load run of each proxy.
 type gatewayResult struct {
-	concurrency  int
-	bare, sluice bench.LoadResult
+	concurrency          int
+	bare, pooled, sluice bench.LoadResult // pooled: the bare proxy with a BufferPool
 }
 
 // runGateway builds sluice from the parent module, starts the upstream,
@@ -55,31 +55,37 @@ func runGateway(work string, conc int, dur time.Duration, rounds int) (*gatewayR
 	res := &gatewayResult{concurrency: conc}
 	const path = "/products/42"
 	for round := range rounds {
-		// The bare reverse proxy.
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		p, err := startProc(work, "bareproxy", self, "-role", "bareproxy", "-listen", addr, "-upstream", upURL)
-		if err != nil {
-			return nil, err
-		}
-		if err := waitHTTP("http://"+addr+path, p); err != nil {
+		// The bare reverse proxy, as is and with a buffer pool.
+		for _, pooled := range []bool{false, true} {
+			addr, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			p, err := startProc(work, "bareproxy", self, "-role", "bareproxy", "-listen", addr, "-upstream", upURL, fmt.Sprintf("-pooled=%v", pooled))
+			if err != nil {
+				return nil, err
+			}
+			if err := waitHTTP("http://"+addr+path, p); err != nil {
+				p.stop()
+				return nil, err
+			}
+			r, err := bench.Load(ctx, "http://"+addr+path, conc, dur/4, dur, 50_000_000)
 			p.stop()
-			return nil, err
-		}
-		r, err := bench.Load(ctx, "http://"+addr+path, conc, dur/4, dur, 50_000_000)
-		p.stop()
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(os.Stderr, "   round %d: bare proxy   %8.0f req/s  p50 %v  p99 %v  failed %d\n", round+1, r.RPS(), r.P50, r.P99, r.Failed)
-		if r.RPS() > res.bare.RPS() || res.bare.Requests == 0 {
-			res.bare = r
+			if err != nil {
+				return nil, err
+			}
+			best, name := &res.bare, "bare proxy  "
+			if pooled {
+				best, name = &res.pooled, "bare+pool   "
+			}
+			fmt.Fprintf(os.Stderr, "   round %d: %s %8.0f req/s  p50 %v  p99 %v  failed %d\n", round+1, name, r.RPS(), r.P50, r.P99, r.Failed)
+			if r.RPS() > best.RPS() || best.Requests == 0 {
+				*best = r
+			}
 		}
 
 		// sluice serve, with the in-memory store.
-		addr, err = freeAddr()
+		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +97,7 @@ func runGateway(work string, conc int, dur time.Duration, rounds int) (*gatewayR
 		if err := os.WriteFile(cfg, []byte(bench.GatewayConfig(addr, admin, upURL)), 0o644); err != nil {
 			return nil, err
 		}
-		p, err = startProc(work, "sluice", sluiceBin, "serve", "--config", cfg)
+		p, err := startProc(work, "sluice", sluiceBin, "serve", "--config", cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +109,7 @@ func runGateway(work string, conc int, dur time.Duration, rounds int) (*gatewayR
 			p.stop()
 			return nil, err
 		}
-		r, err = bench.Load(ctx, "http://"+addr+path, conc, dur/4, dur, 50_000_000)
+		r, err := bench.Load(ctx, "http://"+addr+path, conc, dur/4, dur, 50_000_000)
 		p.stop()
 		if err != nil {
 			return nil, err

@@ -38,6 +38,7 @@ func main() {
 	role := flag.String("role", "", "internal: run as the gateway benchmark's upstream or bareproxy")
 	listen := flag.String("listen", "", "internal: address of -role")
 	upstream := flag.String("upstream", "", "internal: upstream URL of -role bareproxy")
+	pooled := flag.Bool("pooled", false, "internal: -role bareproxy with a BufferPool")
 	only := flag.String("only", "heap,memory,redis,gateway", "parts to run, comma-separated")
 	filter := flag.String("filter", "", "regexp for the sub-benchmarks to run (go test -bench syntax after the top name), empty = all")
 	memTime := flag.String("benchtime-memory", "400000x", "go test -benchtime of each in-memory benchmark")
@@ -59,7 +60,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		serveRole(*listen, bench.BareProxy(u))
+		serveRole(*listen, bench.BareProxy(u, *pooled))
 		return
 	default:
 		fatal(fmt.Errorf("unknown -role %q", *role))

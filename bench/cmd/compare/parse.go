@@ -70,7 +70,10 @@ func writeGateway(w io.Writer, gw *gatewayResult) {
 	for _, x := range []struct {
 		lib string
 		r   bench.LoadResult
-	}{{"bare", gw.bare}, {"sluice", gw.sluice}} {
+	}{{"bare", gw.bare}, {"pooled", gw.pooled}, {"sluice", gw.sluice}} {
+		if x.r.Requests == 0 {
+			continue
+		}
 		fmt.Fprintf(w, "BenchmarkGateway/c=%d/lib=%s %d %.0f ns/op %.1f req/s %d p50-ns %d p99-ns %d failed %d elapsed-ns\n",
 			gw.concurrency, x.lib, x.r.Requests, 1e9/x.r.RPS(), x.r.RPS(), x.r.P50, x.r.P99, x.r.Failed, x.r.Elapsed)
 	}
@@ -110,9 +113,12 @@ func readRaw(path string) ([]result, []*gatewayResult, error) {
 			P50:      time.Duration(r.metrics["p50-ns"]),
 			P99:      time.Duration(r.metrics["p99-ns"]),
 		}
-		if r.lib == "bare" {
+		switch r.lib {
+		case "bare":
 			g.bare = lr
-		} else {
+		case "pooled":
+			g.pooled = lr
+		default:
 			g.sluice = lr
 		}
 	}
