@@ -5,6 +5,9 @@
 //
 //	go run ./cmd/instructions -addr 127.0.0.1:6399 -limiter sluice -n 6400
 //
+// usec.sh calls it the same way against a plain redis-server and reads the
+// server's time per check from INFO commandstats instead.
+//
 // It warms the keys up, then prints the number of checks of the measured
 // round, between two markers that run.sh reads the counters at.
 package main
@@ -27,7 +30,8 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6399", "the redis-server run.sh started")
-	limiter := flag.String("limiter", "sluice", "empty-script | classic | sluice | sluice-client-clock | sluice-2-rules | sluice-coalesced")
+	limiter := flag.String("limiter", "sluice", "empty-script | get-set | classic | sluice | sluice-client-clock | sluice-2-rules | sluice-coalesced")
+	keys := flag.Int("keys", 10000, "distinct keys, taken in turn")
 	n := flag.Int("n", 6400, "checks in the measured round")
 	zero := flag.String("zero", "", "command run before the measured round (run.sh: callgrind_control -z PID)")
 	dump := flag.String("dump", "", "command run after it (run.sh: callgrind_control -d PID)")
@@ -45,7 +49,7 @@ func main() {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < per; i++ {
-					if err := check(fmt.Sprint("user-", (g*per+i)%10000)); err != nil {
+					if err := check(fmt.Sprint("user-", (g*per+i)%*keys)); err != nil {
 						fmt.Fprintln(os.Stderr, err)
 						os.Exit(1)
 					}
@@ -54,7 +58,7 @@ func main() {
 		}
 		wg.Wait()
 	}
-	round(*n / 2) // warm up: connections, script cache, keys
+	round(max(*n/2, *keys)) // warm up: connections, script cache, every key
 	run(*zero)
 	round(*n)
 	run(*dump)
@@ -94,6 +98,11 @@ func build(client *redis.Client, name string) (func(key string) error, func()) {
 		script := redis.NewScript("return 1")
 		return func(key string) error {
 			return script.Run(ctx, client, []string{"empty:" + key}).Err()
+		}, func() {}
+	case "get-set": // the floor of any read-modify-write with an expiry: GET, then SET … PX of a 16-byte value
+		script := redis.NewScript("local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '0123456789abcdef', 'PX', '60000') return 1")
+		return func(key string) error {
+			return script.Run(ctx, client, []string{"getset:" + key}).Err()
 		}, func() {}
 	case "classic": // the suite's own classic limiter (bench/classic.lua)
 		l := bench.NewRedis("classic-lua", client)

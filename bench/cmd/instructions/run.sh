@@ -16,7 +16,7 @@ total() { # instructions in the newest dump
   grep -hE '^(summary|totals):' "$(ls -t "$out"/cg.* | head -1)" | head -1 | awk '{print $2}'
 }
 printf '%-22s %12s\n' limiter instructions/check
-for limiter in empty-script classic sluice sluice-client-clock sluice-2-rules sluice-coalesced; do
+for limiter in empty-script get-set classic sluice sluice-client-clock sluice-2-rules sluice-coalesced; do
   n=$("$out/instructions" -addr 127.0.0.1:$port -limiter $limiter -n 6400 \
     -zero "callgrind_control -z $vpid >/dev/null" -dump "callgrind_control -d $vpid >/dev/null")
   printf '%-22s %12d\n' "$limiter" $(( $(total) / n ))
