@@ -17,7 +17,8 @@ import (
 )
 
 // A batch is decided in order, as separate calls would be, even when it
-// holds the same key several times.
+// holds the same key several times, with checks (some of them reserving a
+// delay) and adjustments of one rule and of two mixed in it.
 func TestBatchAgreesWithMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClock()
@@ -26,28 +27,43 @@ func TestBatchAgreesWithMemory(t *testing.T) {
 	defer ms.Close()
 	ruleSets := [][]sluice.Rule{{{Rate: 2, Burst: 5}}, {{Rate: 10, Burst: 10}, {Rate: 1, Burst: 30}}}
 	rng := rand.New(rand.NewPCG(3, 4))
-	checks := 0
+	checks, adjusts := 0, 0
 	for round := 0; round < 1000; round++ {
 		c.us.Add(rng.Int64N(200_000))
-		batch := make([]sluice.Request, 1+rng.IntN(16))
+		batch := make([]redisstore.BatchOp, 1+rng.IntN(16))
 		for i := range batch {
 			k := rng.IntN(6)
-			rules := ruleSets[k%2]
-			batch[i] = sluice.Request{Key: fmt.Sprint("k", k), Cost: rng.Int64N(6), Rules: rules}
+			req := sluice.Request{Key: fmt.Sprint("k", k), Cost: rng.Int64N(6), Rules: ruleSets[k%2]}
+			switch rng.IntN(8) {
+			case 0:
+				batch[i] = redisstore.BatchOp{Req: req, Adjust: true}
+				batch[i].Req.Cost -= 3 // refunds too
+			case 1:
+				req.MaxDelay = time.Duration(rng.Int64N(2_000_000)) * time.Microsecond
+				batch[i] = redisstore.BatchOp{Req: req}
+			default:
+				batch[i] = redisstore.BatchOp{Req: req}
+			}
 		}
-		got, err := redisstore.CheckBatch(ctx, rs, batch)
+		got, err := redisstore.RunBatch(ctx, rs, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, req := range batch {
-			want, _ := ms.Check(ctx, req)
-			if got[i] != want {
-				t.Fatalf("round %d, check %d of %d (%s): redis %+v, memory %+v", round, i, len(batch), req.Key, got[i], want)
+		for i, b := range batch {
+			var want sluice.Result
+			if b.Adjust {
+				want, _ = ms.Adjust(ctx, b.Req.Key, b.Req.Cost, b.Req.Rules)
+				adjusts++
+			} else {
+				want, _ = ms.Check(ctx, b.Req)
+				checks++
 			}
-			checks++
+			if got[i] != want {
+				t.Fatalf("round %d, op %d of %d (%s, %+v): redis %+v, memory %+v", round, i, len(batch), b.Req.Key, b, got[i], want)
+			}
 		}
 	}
-	t.Logf("%d checks in 1000 batches agree", checks)
+	t.Logf("%d checks and %d adjustments in 1000 batches agree", checks, adjusts)
 }
 
 // Coalesced concurrent checks admit exactly what separate ones would, in

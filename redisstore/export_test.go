@@ -6,12 +6,20 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// CheckBatch sends reqs to Redis in one script call, as a coalesced batch.
-func CheckBatch(ctx context.Context, s *Store, reqs []sluice.Request) ([]sluice.Result, error) {
-	ops := make([]op, len(reqs))
-	for i, r := range reqs {
-		ops[i] = op{key: r.Key, amount: r.Cost, maxDelayUs: r.MaxDelay.Microseconds(), rules: r.Rules}
+// BatchOp is a check of Req, or with Adjust an adjustment of Req.Key's
+// buckets by Req.Cost (negative refunds).
+type BatchOp struct {
+	Req    sluice.Request
+	Adjust bool
+}
+
+// RunBatch sends ops to Redis in one script call, as a coalesced batch.
+func RunBatch(ctx context.Context, s *Store, batch []BatchOp) ([]sluice.Result, error) {
+	ops := make([]op, len(batch))
+	for i, b := range batch {
+		r := b.Req
+		ops[i] = op{key: r.Key, adjust: b.Adjust, amount: r.Cost, maxDelayUs: r.MaxDelay.Microseconds(), rules: r.Rules}
 	}
-	res := make([]sluice.Result, len(reqs))
+	res := make([]sluice.Result, len(batch))
 	return res, s.runBatch(ctx, ops, res)
 }

@@ -29,34 +29,34 @@
 -- remaining, retry after µs, reset after µs, delay µs.
 --
 -- Written for speed in Redis's interpreter: library functions in locals,
--- no closures, per-rule state in two flat tables reused across checks, and
--- a check of one rule unrolled (decideOne), with no tables at all.
+-- no closures, the numbers of ARGV[1] read a check at a time at a moving
+-- position (struct.unpack returns the next one) rather than all into one
+-- table, each check's reply packed on its own and joined once, and a check
+-- of one rule unrolled (decideOne), with no tables at all.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
 local ceil, floor, min, huge = math.ceil, math.floor, math.min, math.huge
-local pack, unpack_struct, rep, call = struct.pack, struct.unpack, string.rep, redis.call
+local pack, unpack_struct, rep, concat, call = struct.pack, struct.unpack, string.rep, table.concat, redis.call
 
-local argv = { unpack_struct('<' .. rep('d', #ARGV[1] / 8), ARGV[1]) }
-local now = argv[1]
+local args = ARGV[1]
+local now, margin_ms, a = unpack_struct('<dd', args) -- a: the next byte to read
 if now < 0 then
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local margin_ms = argv[2]
 
-local out = {}
-local rb = {} -- rb[2i-1] rate, rb[2i] burst of rule i
+local out = {} -- out[j]: the 7 packed numbers of check j
+local rb      -- rb[2i-1] rate, rb[2i] burst of rule i
 local s       -- s[2i-1] tokens, s[2i] last of rule i
-local a = 3   -- next number in argv
 for j = 1, #KEYS do
   local key = KEYS[j]
-  local op, amount, max_delay, n = argv[a], argv[a + 1], argv[a + 2], argv[a + 3]
-  a = a + 4
+  -- Every check has a rule, so 6 numbers are always there to read; rate
+  -- and burst are rule 1's.
+  local op, amount, max_delay, n, rate, burst, after = unpack_struct('<dddddd', args, a)
   if op == 0 and n == 1 then
     -- One check of one rule: decideOne, unrolled as in tokenbucket1.lua,
     -- for coalesced batches of the common case.
-    local rate, burst = argv[a], argv[a + 1]
-    a = a + 2
+    a = after
     local tokens, last = burst, now
     local packed = call('GET', key)
     if packed and #packed == 16 then
@@ -92,15 +92,12 @@ for j = 1, #KEYS do
       reset = ceil((burst - tokens) / rate * 1e6)
     end
     call('SET', key, pack('<dd', tokens, last), 'PX', ceil(reset / 1000) + margin_ms)
-    local o = 7 * (j - 1)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
-      allowed and 1 or 0, 0, burst, rem, retry, reset, delay
+    out[j] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
   else
-    for i = 1, 2 * n do
-      rb[i] = argv[a]
-      a = a + 1
-    end
+    -- The rules' 2n numbers have the layout of the value: one format.
     local format = '<' .. rep('d', 2 * n)
+    rb = { unpack_struct(format, args, a + 32) }
+    a = rb[2 * n + 1]
     local packed = call('GET', key)
     if packed and #packed == 16 * n then
       s = { unpack_struct(format, packed) }
@@ -199,9 +196,7 @@ for j = 1, #KEYS do
     if allowed and wait > 0 then
       delay = wait
     end
-    local o = 7 * (j - 1)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] =
-      allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay
+    out[j] = pack('<ddddddd', allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay)
   end
 end
-return pack('<' .. rep('d', #out), unpack(out))
+return concat(out)
