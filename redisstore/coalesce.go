@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,31 +15,40 @@ import (
 )
 
 // Coalesce turns on the coalescing of concurrent checks: checks that
-// arrive while others are queued or in flight go to Redis together, in one
-// script call per batch (per Cluster slot on a Cluster, since one script
-// may only touch one slot there). The script decides them one after the
-// other, exactly as separate calls would: coalescing changes no answer,
-// only the number of round trips and script invocations.
+// arrive while others are in flight go to Redis together, in one script
+// call per batch (per Cluster slot on a Cluster, since one script may only
+// touch one slot there). The script decides them one after the other,
+// exactly as separate calls would: coalescing changes no answer, only the
+// number of round trips and script invocations.
+//
+// A check that finds a batch slot free and nothing queued goes at once, on
+// its caller's goroutine, as it would without coalescing: a lone caller
+// pays nothing for it. The others queue, and a flusher takes what queued
+// while the slots were busy as its next batch.
 type Coalesce struct {
 	// MaxBatch caps the checks in one script call; zero means 64.
 	MaxBatch int
 
-	// MaxWait is how long a batch may wait for more checks once it has
-	// one. Zero (the default) never waits: a batch is whatever queued up
-	// while earlier batches were in flight, so a lone check goes at once.
-	// Tens of microseconds gather more under a steady load.
+	// MaxWait is how long a flusher waits for more checks before it takes
+	// its batch. Zero (the default) never waits: a batch is whatever queued
+	// up while earlier batches were in flight. Tens of microseconds gather
+	// more under a steady load; then every check queues, a lone one too.
 	MaxWait time.Duration
 
-	// MaxInFlight caps the batches on their way at once; zero means 4.
+	// MaxInFlight caps the batches on their way at once; zero means 2.
+	// One batch in flight leaves Redis idle while the next is sent; two
+	// keep it busy, and more split the queue into smaller batches.
 	MaxInFlight int
 }
 
 // ErrClosed is returned by a coalescing Store after Close.
 var ErrClosed = errors.New("redisstore: store closed")
 
+// A call is a queued check. Its state is guarded by the batcher's mutex.
 type call struct {
 	op       op
 	deadline time.Time // zero: none
+	taken    bool      // in a batch: it will be answered, even if its caller left
 	res      sluice.Result
 	err      error
 	done     chan struct{}
@@ -46,128 +57,158 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 type batcher struct {
-	mu       sync.RWMutex // held for reading while queueing; Close takes it to stop queueing
+	s           *Store
+	maxBatch    int
+	maxWait     time.Duration
+	maxInFlight int
+	cluster     bool
+
+	mu       sync.Mutex
+	idle     sync.Cond // signalled when inFlight drops to zero
+	pending  []*call   // queued, oldest first, not yet in a batch
+	inFlight int       // checks sent directly and flushers running
 	closed   bool
-	s        *Store
-	queue    chan *call
-	maxBatch int
-	maxWait  time.Duration
-	inFlight chan struct{}
-	cluster  bool
-	stop     chan struct{}
-	loops    sync.WaitGroup
-	flushes  sync.WaitGroup
 }
 
 func newBatcher(s *Store, c Coalesce, client Scripter) *batcher {
-	b := &batcher{s: s, maxBatch: c.MaxBatch, maxWait: c.MaxWait, stop: make(chan struct{})}
+	b := &batcher{s: s, maxBatch: c.MaxBatch, maxWait: c.MaxWait, maxInFlight: c.MaxInFlight}
 	if b.maxBatch <= 0 {
 		b.maxBatch = 64
 	}
-	n := c.MaxInFlight
-	if n <= 0 {
-		n = 4
+	if b.maxInFlight <= 0 {
+		b.maxInFlight = 2
 	}
-	b.inFlight = make(chan struct{}, n)
-	b.queue = make(chan *call, 4*b.maxBatch)
+	b.idle.L = &b.mu
 	_, b.cluster = client.(*redis.ClusterClient)
-	b.loops.Add(1)
-	go b.loop()
 	return b
 }
 
 func (b *batcher) do(ctx context.Context, o op) (sluice.Result, error) {
-	c := callPool.Get().(*call)
-	c.op, c.res, c.err = o, sluice.Result{}, nil
-	c.deadline, _ = ctx.Deadline()
-	b.mu.RLock()
+	b.mu.Lock()
 	if b.closed {
-		b.mu.RUnlock()
-		callPool.Put(c)
+		b.mu.Unlock()
 		return sluice.Result{}, ErrClosed
 	}
-	select {
-	case b.queue <- c:
-		b.mu.RUnlock()
-	case <-ctx.Done():
-		b.mu.RUnlock()
-		callPool.Put(c)
-		return sluice.Result{}, ctx.Err()
+	if b.inFlight < b.maxInFlight && len(b.pending) == 0 && b.maxWait == 0 {
+		// Nothing to gather: go directly, as without coalescing.
+		b.inFlight++
+		b.mu.Unlock()
+		var res [1]sluice.Result
+		err := b.s.runBatch(ctx, []op{o}, res[:])
+		b.mu.Lock()
+		b.release()
+		b.mu.Unlock()
+		return res[0], err
 	}
+	c := callPool.Get().(*call)
+	c.op, c.res, c.err, c.taken = o, sluice.Result{}, nil, false
+	c.deadline, _ = ctx.Deadline()
+	b.pending = append(b.pending, c)
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		go b.flush()
+	}
+	b.mu.Unlock()
 	select {
 	case <-c.done:
 		res, err := c.res, c.err
 		callPool.Put(c)
 		return res, err
 	case <-ctx.Done():
-		// The batch still holds c and will answer it: leave c to it
-		// and to the garbage collector, never back in the pool.
+	}
+	b.mu.Lock()
+	if c.taken {
+		// Its batch is on its way and will answer c: leave c to it and
+		// to the garbage collector, never back in the pool.
+		b.mu.Unlock()
 		return sluice.Result{}, ctx.Err()
 	}
+	// Still queued: withdraw it, so that a check nobody waits for spends
+	// no tokens.
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+	}
+	b.mu.Unlock()
+	callPool.Put(c)
+	return sluice.Result{}, ctx.Err()
 }
 
-func (b *batcher) loop() {
-	defer b.loops.Done()
-	var timer *time.Timer
+// release gives back a batch slot, with b.mu held, and starts a flusher
+// in its place for what queued meanwhile.
+func (b *batcher) release() {
+	if len(b.pending) > 0 {
+		go b.flush() // takes over the slot
+		return
+	}
+	b.inFlight--
+	if b.inFlight == 0 {
+		b.idle.Broadcast()
+	}
+}
+
+// next moves the next batch out of the queue, with b.mu held. With the
+// queue empty it gives back its flusher's slot and returns nil, in the
+// same hold of the mutex, so that nothing queues unseen.
+func (b *batcher) next() []*call {
+	n := min(len(b.pending), b.maxBatch)
+	if n == 0 {
+		b.inFlight--
+		if b.inFlight == 0 {
+			b.idle.Broadcast()
+		}
+		return nil
+	}
+	batch := make([]*call, n)
+	copy(batch, b.pending)
+	for _, c := range batch {
+		c.taken = true
+	}
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	return batch
+}
+
+// flush holds a batch slot: it sends batches from the queue, one after the
+// other, until the queue is empty. It takes the next batch before it
+// answers the last, so that Redis is not kept waiting for the answers.
+func (b *batcher) flush() {
 	if b.maxWait > 0 {
-		timer = time.NewTimer(time.Hour)
-		timer.Stop()
+		wait(b.maxWait)
 	}
-	for {
-		var first *call
-		select {
-		case first = <-b.queue:
-		case <-b.stop:
-			// Nothing is queued after stop: answer what is left.
-			for {
-				select {
-				case c := <-b.queue:
-					c.err = ErrClosed
-					c.done <- struct{}{}
-				default:
-					b.flushes.Wait()
-					return
-				}
-			}
+	b.mu.Lock()
+	batch := b.next()
+	b.mu.Unlock()
+	for batch != nil {
+		b.send(batch)
+		b.mu.Lock()
+		next := b.next()
+		b.mu.Unlock()
+		for _, c := range batch {
+			c.done <- struct{}{}
 		}
-		batch := []*call{first}
-		if timer != nil {
-			timer.Reset(b.maxWait)
-		}
-	gather:
-		for len(batch) < b.maxBatch {
-			if timer == nil {
-				select {
-				case c := <-b.queue:
-					batch = append(batch, c)
-				default:
-					break gather
-				}
-				continue
-			}
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			case <-timer.C:
-				break gather
-			}
-		}
-		if timer != nil && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		b.inFlight <- struct{}{}
-		b.flushes.Add(1)
-		go b.flush(batch)
+		batch = next
 	}
 }
 
-// flush sends a batch, one script call per Cluster slot, and answers it.
-func (b *batcher) flush(batch []*call) {
-	defer b.flushes.Done()
-	defer func() { <-b.inFlight }()
+// wait lets d pass. A timer is rounded up to about a millisecond when the
+// process has nothing else to run (Go parks in epoll with a timeout in
+// ms), far more than the tens of microseconds MaxWait is for: shorter
+// waits yield the processor in a loop instead.
+func wait(d time.Duration) {
+	if d >= time.Millisecond {
+		time.Sleep(d)
+		return
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		runtime.Gosched()
+	}
+}
+
+// send decides a batch, one script call per Cluster slot, and writes each
+// call's result. Its deadline is the latest of its calls', none if one of
+// them has none: a caller that gives up earlier returns on its own.
+func (b *batcher) send(batch []*call) {
 	ctx := context.Background()
 	var latest time.Time
 	for _, c := range batch {
@@ -184,22 +225,24 @@ func (b *batcher) flush(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	groups := [][]*call{batch}
-	if b.cluster {
-		groups = bySlot(b.s, batch)
+	if !b.cluster {
+		b.sendGroup(ctx, batch)
+		return
 	}
+	groups := bySlot(b.s, batch)
 	var wg sync.WaitGroup
-	for _, g := range groups {
+	for _, g := range groups[1:] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.send(ctx, g)
+			b.sendGroup(ctx, g)
 		}()
 	}
+	b.sendGroup(ctx, groups[0])
 	wg.Wait()
 }
 
-func (b *batcher) send(ctx context.Context, g []*call) {
+func (b *batcher) sendGroup(ctx context.Context, g []*call) {
 	ops := make([]op, len(g))
 	res := make([]sluice.Result, len(g))
 	for i, c := range g {
@@ -208,18 +251,17 @@ func (b *batcher) send(ctx context.Context, g []*call) {
 	err := b.s.runBatch(ctx, ops, res)
 	for i, c := range g {
 		c.res, c.err = res[i], err
-		c.done <- struct{}{}
 	}
 }
 
+// close stops queueing and waits until every queued check is answered.
 func (b *batcher) close() {
 	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.stop)
+	b.closed = true
+	for b.inFlight > 0 {
+		b.idle.Wait()
 	}
 	b.mu.Unlock()
-	b.loops.Wait()
 }
 
 func bySlot(s *Store, batch []*call) [][]*call {

@@ -1,6 +1,8 @@
 package redisstore_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -161,5 +163,120 @@ func TestClosedCoalescingStore(t *testing.T) {
 	rs.Close()
 	if _, err := rs.Check(ctx, sluice.Request{Key: "k", Cost: 1, Rules: rules}); err != redisstore.ErrClosed {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// gated holds every script call until its gate opens, so that a test can
+// keep the batch slots busy for as long as it needs.
+type gated struct {
+	redis.Scripter
+	gate chan struct{}
+	sent chan struct{} // a value each time a call reaches the gate
+}
+
+func newGated(s redis.Scripter) *gated {
+	return &gated{Scripter: s, gate: make(chan struct{}), sent: make(chan struct{}, 100)}
+}
+
+func (g *gated) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	g.sent <- struct{}{}
+	<-g.gate
+	return g.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// A check whose caller gives up while it is queued is withdrawn: it spends
+// no tokens. One queued with a caller still waiting is answered once a
+// slot frees, and Close waits for it.
+func TestCoalescingWithdrawsAbandonedChecks(t *testing.T) {
+	srv := redistest.Start(t)
+	g := newGated(srv.Client(t))
+	frozen := newClock()
+	rs := redisstore.New(g, redisstore.Options{Now: frozen.Now, Coalesce: &redisstore.Coalesce{MaxInFlight: 1}})
+	rules := []sluice.Rule{{Rate: 1, Burst: 1}}
+	check := func(ctx context.Context, key string) (sluice.Result, error) {
+		return rs.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
+	}
+
+	first := make(chan error, 1)
+	go func() { _, err := check(ctx, "busy"); first <- err }()
+	<-g.sent // the one slot is held, at the gate
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := check(short, "abandoned"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued check behind a held slot: %v, want its deadline", err)
+	}
+	waiting := make(chan sluice.Result, 1)
+	go func() {
+		r, err := check(ctx, "waiting")
+		if err != nil {
+			t.Error(err)
+		}
+		waiting <- r
+	}()
+	closed := make(chan struct{})
+	time.AfterFunc(50*time.Millisecond, func() { // "waiting" is queued by then
+		go func() { rs.Close(); close(closed) }()
+		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-closed:
+			t.Error("Close returned with a check still queued")
+		default:
+		}
+		close(g.gate)
+	})
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-waiting; !r.Allowed {
+		t.Errorf("the queued check with its caller waiting: %+v, want allowed", r)
+	}
+	<-closed
+	if _, err := check(ctx, "late"); err != redisstore.ErrClosed {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+
+	// The abandoned check never ran: its key still holds its whole burst.
+	plain := redisstore.New(srv.Client(t), redisstore.Options{Now: frozen.Now})
+	if r, err := plain.Check(ctx, sluice.Request{Key: "abandoned", Cost: 1, Rules: rules}); err != nil || !r.Allowed {
+		t.Errorf("the abandoned key afterwards: %+v, %v; want its burst untouched", r, err)
+	}
+	if n := len(g.sent); n != 1 {
+		t.Errorf("%d more script calls after the first, want 1 (the waiting check's batch)", n)
+	}
+}
+
+// Close in the middle of a load: every check gets an answer or ErrClosed,
+// none hangs, and Close returns.
+func TestCoalescingCloseUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := redisstore.New(srv.Client(t), redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+	rules := []sluice.Rule{{Rate: 1000, Burst: 1000}}
+	var answered, refused atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				_, err := rs.Check(ctx, sluice.Request{Key: fmt.Sprint("k", g, i%7), Cost: 1, Rules: rules})
+				switch {
+				case err == redisstore.ErrClosed:
+					refused.Add(1)
+					return
+				case err != nil:
+					t.Error(err)
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	rs.Close()
+	wg.Wait()
+	t.Logf("%d checks answered, then %d callers refused", answered.Load(), refused.Load())
+	if answered.Load() == 0 || refused.Load() != 32 {
+		t.Errorf("answered %d, refused %d callers: want some answers and all 32 refused in the end", answered.Load(), refused.Load())
 	}
 }

@@ -73,7 +73,7 @@ type Options struct {
 	ExpiryMargin time.Duration
 
 	// Coalesce, when non-nil, sends concurrent checks to Redis together
-	// (see Coalesce). Call Close to stop its goroutine.
+	// (see Coalesce). Close waits for the checks it has queued.
 	Coalesce *Coalesce
 }
 
@@ -103,7 +103,7 @@ func New(client Scripter, opts Options) *Store {
 	return s
 }
 
-// Close stops coalescing, after the batches in flight are answered; later
+// Close stops coalescing, after every check queued is answered; later
 // calls return ErrClosed. It does not close the Redis client. Without
 // Coalesce it does nothing.
 func (s *Store) Close() error {
