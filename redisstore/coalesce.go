@@ -35,9 +35,10 @@ type Coalesce struct {
 	// more under a steady load; then every check queues, a lone one too.
 	MaxWait time.Duration
 
-	// MaxInFlight caps the batches on their way at once; zero means 2.
-	// One batch in flight leaves Redis idle while the next is sent; two
-	// keep it busy, and more split the queue into smaller batches.
+	// MaxInFlight caps the batches on their way at once, a check sent
+	// directly counting as one; zero means 2. One batch in flight leaves
+	// Redis idle while the next is on the network; two keep it busy, and
+	// more split the queue into smaller batches.
 	MaxInFlight int
 }
 
