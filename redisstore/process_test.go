@@ -44,10 +44,11 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("only runs as a child process of the multi-process tests")
 	}
 	var args struct {
-		Addrs   []string
-		Cluster bool
-		Keys    []string
-		StartAt int64
+		Addrs    []string
+		Cluster  bool
+		Coalesce bool
+		Keys     []string
+		StartAt  int64
 	}
 	if err := json.Unmarshal([]byte(spec), &args); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,12 @@ func TestHelperProcess(t *testing.T) {
 		client = redis.NewClient(&redis.Options{Addr: args.Addrs[0], PoolSize: goroutines})
 	}
 	defer client.Close()
-	rs := redisstore.New(client, redisstore.Options{})
+	var opts redisstore.Options
+	if args.Coalesce {
+		opts.Coalesce = &redisstore.Coalesce{}
+	}
+	rs := redisstore.New(client, opts)
+	defer rs.Close()
 	time.Sleep(time.Until(time.UnixMicro(args.StartAt)))
 
 	rep := helperReport{Admitted: map[string]int64{}, Start: time.Now().UnixMicro()}
@@ -101,10 +107,10 @@ func TestHelperProcess(t *testing.T) {
 
 // runProcesses starts the child processes on addrs and returns their
 // combined admissions per key and the span from the first check to the last.
-func runProcesses(t *testing.T, addrs []string, cluster bool, keys []string) (map[string]int64, time.Duration, int64) {
+func runProcesses(t *testing.T, addrs []string, cluster, coalesce bool, keys []string) (map[string]int64, time.Duration, int64) {
 	t.Helper()
 	spec, _ := json.Marshal(map[string]any{
-		"Addrs": addrs, "Cluster": cluster, "Keys": keys,
+		"Addrs": addrs, "Cluster": cluster, "Coalesce": coalesce, "Keys": keys,
 		"StartAt": time.Now().Add(2 * time.Second).UnixMicro(), // all children start together
 	})
 	type child struct {
@@ -169,13 +175,23 @@ func assertBound(t *testing.T, key string, admitted, asked int64, elapsed time.D
 }
 
 func TestProcessesShareOneLimit(t *testing.T) {
-	srv := redistest.Start(t)
-	admitted, elapsed, checks := runProcesses(t, []string{srv.Addr()}, false, []string{"one-key"})
-	t.Logf("%d processes × %d goroutines made %d checks", processes, goroutines, checks)
-	assertBound(t, "one-key", admitted["one-key"], checks, elapsed)
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) {
+			srv := redistest.Start(t)
+			admitted, elapsed, checks := runProcesses(t, []string{srv.Addr()}, false, coalesce, []string{"one-key"})
+			t.Logf("%d processes × %d goroutines made %d checks", processes, goroutines, checks)
+			assertBound(t, "one-key", admitted["one-key"], checks, elapsed)
+		})
+	}
 }
 
 func TestProcessesShareOneLimitOnACluster(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) { processesOnACluster(t, coalesce) })
+	}
+}
+
+func processesOnACluster(t *testing.T, coalesce bool) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	// One key per master, so the load spreads over all three.
 	rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{})
@@ -191,7 +207,7 @@ func TestProcessesShareOneLimitOnACluster(t *testing.T) {
 	if len(keys) != 3 {
 		t.Fatalf("found keys on %d masters, want 3", len(keys))
 	}
-	admitted, elapsed, checks := runProcesses(t, cluster.Addrs(), true, keys)
+	admitted, elapsed, checks := runProcesses(t, cluster.Addrs(), true, coalesce, keys)
 	t.Logf("%d processes × %d goroutines made %d checks over 3 masters", processes, goroutines, checks)
 	for _, k := range keys {
 		assertBound(t, k, admitted[k], checks/int64(len(keys)), elapsed)
