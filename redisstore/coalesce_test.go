@@ -280,3 +280,30 @@ func TestCoalescingCloseUnderLoad(t *testing.T) {
 		t.Errorf("answered %d, refused %d callers: want some answers and all 32 refused in the end", answered.Load(), refused.Load())
 	}
 }
+
+// A batch far larger than the default MaxBatch fits in one script call:
+// the script reads its arguments and writes its results a check at a time,
+// never all of them on Lua's stack at once (whose limit is 8,000 values).
+func TestLargeBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := redisstore.New(srv.Client(t), redisstore.Options{})
+	rules := [][]sluice.Rule{{{Rate: 1, Burst: 2}}, {{Rate: 1, Burst: 2}, {Rate: 10, Burst: 20}}}
+	batch := make([]redisstore.BatchOp, 3000)
+	for i := range batch {
+		batch[i] = redisstore.BatchOp{Req: sluice.Request{Key: fmt.Sprint("k", i%1000), Cost: 1, Rules: rules[i%2]}}
+	}
+	got, err := redisstore.RunBatch(ctx, rs, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for _, r := range got {
+		if r.Allowed {
+			allowed++
+		}
+	}
+	// Each of the 1,000 keys is checked three times against a burst of 2.
+	if allowed != 2000 {
+		t.Errorf("%d of 3000 allowed, want 2000 (two of each key's three)", allowed)
+	}
+}
