@@ -26,7 +26,9 @@ import (
 // pays nothing for it. The others queue, and a flusher takes what queued
 // while the slots were busy as its next batch.
 type Coalesce struct {
-	// MaxBatch caps the checks in one script call; zero means 64.
+	// MaxBatch caps the checks in one script call; zero means 64. Redis
+	// runs a script alone, so a batch holds every other client of the
+	// server for its length: about 5 µs a check on a small machine.
 	MaxBatch int
 
 	// MaxWait is how long a flusher waits for more checks before it takes
