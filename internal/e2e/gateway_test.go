@@ -219,6 +219,14 @@ func TestThreeGatewaysShareOneLimit(t *testing.T) {
 			cl := redistest.StartCluster(t, 3, 0)
 			return fmt.Sprintf("store:\n  type: redis\n  redis: {cluster_addrs: [%s], timeout: 500ms}", strings.Join(cl.Addrs(), ", "))
 		}},
+		{"standalone, coalescing", func(t *testing.T) string {
+			srv := redistest.Start(t)
+			return fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 500ms, coalesce: true}", srv.URL())
+		}},
+		{"cluster, coalescing", func(t *testing.T) string {
+			cl := redistest.StartCluster(t, 3, 0)
+			return fmt.Sprintf("store:\n  type: redis\n  redis: {cluster_addrs: [%s], timeout: 500ms, coalesce: true}", strings.Join(cl.Addrs(), ", "))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store, up := tc.store(t), upstream(t)

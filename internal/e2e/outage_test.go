@@ -23,10 +23,18 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		burst    = 30.0
 		outage   = 3 * time.Second
 	)
-	for _, mode := range []string{"open", "closed", "local"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		coalesce bool
+	}{{"open", false}, {"closed", false}, {"local", false}, {"open", true}} {
+		mode := tc.mode
+		name := mode
+		if tc.coalesce {
+			name += ", coalescing"
+		}
+		t.Run(name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: %v}\n  on_error: %s\n  instances: 3", srv.URL(), deadline, mode)
+			store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: %v, coalesce: %v}\n  on_error: %s\n  instances: 3", srv.URL(), deadline, tc.coalesce, mode)
 			policy := fmt.Sprintf("policies:\n  - {name: api, match: \"GET /\", anonymous: [{rate: %v/s, burst: %v}]}", rate, burst)
 			up := upstream(t)
 			gws := []*gateway{startGateway(t, up, store, policy), startGateway(t, up, store, policy), startGateway(t, up, store, policy)}
