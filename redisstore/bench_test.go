@@ -20,23 +20,42 @@ func BenchmarkCheck(b *testing.B) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	defer client.Close()
 	b.Run("plain", func(b *testing.B) {
-		benchCheck(b, srv, redisstore.New(client, redisstore.Options{}))
+		benchCheck(b, []*redistest.Server{srv}, redisstore.New(client, redisstore.Options{}))
 	})
 	b.Run("coalesced", func(b *testing.B) {
 		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
 		defer rs.Close()
-		benchCheck(b, srv, rs)
+		benchCheck(b, []*redistest.Server{srv}, rs)
 	})
 }
 
-func benchCheck(b *testing.B, srv *redistest.Server, rs *redisstore.Store) {
+// BenchmarkClusterCheck is BenchmarkCheck on a Cluster of three masters,
+// the keys spread over every slot: a batch splits into a script call per
+// slot.
+func BenchmarkClusterCheck(b *testing.B) {
+	cl := redistest.StartCluster(b, 3, 0)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
+	defer client.Close()
+	b.Run("plain", func(b *testing.B) {
+		benchCheck(b, cl.Masters(), redisstore.New(client, redisstore.Options{}))
+	})
+	b.Run("coalesced", func(b *testing.B) {
+		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		defer rs.Close()
+		benchCheck(b, cl.Masters(), rs)
+	})
+}
+
+func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store) {
 	rules := []sluice.Rule{{Rate: 1e6, Burst: 1e9}}
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user-%d", i)
 	}
 	const callers = 32
-	srv.ResetStats(b)
+	for _, srv := range servers {
+		srv.ResetStats(b)
+	}
 	var next atomic.Int64
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -55,14 +74,17 @@ func benchCheck(b *testing.B, srv *redistest.Server, rs *redisstore.Store) {
 	wg.Wait()
 	b.StopTimer()
 	var usec, calls float64
-	for name, st := range srv.CommandStats(b) {
-		if name == "evalsha" || name == "eval" {
-			usec += float64(st.Usec)
-			calls += float64(st.Calls)
+	for _, srv := range servers {
+		for name, st := range srv.CommandStats(b) {
+			if name == "evalsha" || name == "eval" {
+				usec += float64(st.Usec)
+				calls += float64(st.Calls)
+			}
 		}
 	}
 	if calls > 0 {
 		b.ReportMetric(usec/float64(b.N), "server-µs/check")
+		b.ReportMetric(float64(b.N)/calls, "checks/call")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
 }

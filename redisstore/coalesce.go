@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,8 +17,9 @@ import (
 
 // Coalesce turns on the coalescing of concurrent checks: checks that
 // arrive while others are in flight go to Redis together, in one script
-// call per batch (per Cluster slot on a Cluster, since one script may only
-// touch one slot there). The script decides them one after the other,
+// call per batch. On a Cluster, where one script may only touch one slot,
+// a batch is a script call per slot, all sent in one pipeline: one round
+// trip per master. The script decides them one after the other,
 // exactly as separate calls would: coalescing changes no answer, only the
 // number of round trips and script invocations.
 //
@@ -64,7 +66,7 @@ type batcher struct {
 	maxBatch    int
 	maxWait     time.Duration
 	maxInFlight int
-	cluster     bool
+	cluster     *redis.ClusterClient // nil when not on a Cluster
 
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when inFlight drops to zero
@@ -82,7 +84,7 @@ func newBatcher(s *Store, c Coalesce, client Scripter) *batcher {
 		b.maxInFlight = 2
 	}
 	b.idle.L = &b.mu
-	_, b.cluster = client.(*redis.ClusterClient)
+	b.cluster, _ = client.(*redis.ClusterClient)
 	return b
 }
 
@@ -228,21 +230,11 @@ func (b *batcher) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	if !b.cluster {
+	if b.cluster == nil {
 		b.sendGroup(ctx, batch)
 		return
 	}
-	groups := bySlot(b.s, batch)
-	var wg sync.WaitGroup
-	for _, g := range groups[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.sendGroup(ctx, g)
-		}()
-	}
-	b.sendGroup(ctx, groups[0])
-	wg.Wait()
+	b.sendSlots(ctx, bySlot(b.s, batch))
 }
 
 func (b *batcher) sendGroup(ctx context.Context, g []*call) {
@@ -254,6 +246,43 @@ func (b *batcher) sendGroup(ctx context.Context, g []*call) {
 	err := b.s.runBatch(ctx, ops, res)
 	for i, c := range g {
 		c.res, c.err = res[i], err
+	}
+}
+
+// sendSlots sends a script call per Cluster slot in one pipeline, which
+// the Cluster client splits into one round trip per master, all at once:
+// keys spread over many slots still share round trips.
+func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
+	if len(groups) == 1 {
+		b.sendGroup(ctx, groups[0])
+		return
+	}
+	calls := make([]scriptCall, len(groups))
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe := b.cluster.Pipeline()
+	for i, g := range groups {
+		ops := make([]op, len(g))
+		for j, c := range g {
+			ops[j] = c.op
+		}
+		calls[i] = b.s.prepare(ops)
+		cmds[i] = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].nums)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, g := range groups {
+		reply, err := cmds[i].Text()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that has not seen the script yet
+			reply, err = calls[i].script.Eval(ctx, b.cluster, calls[i].keys, calls[i].nums).Text()
+		}
+		res := make([]sluice.Result, len(g))
+		if err != nil {
+			err = fmt.Errorf("redisstore: %w", err)
+		} else {
+			err = parseReplies(reply, res)
+		}
+		for j, c := range g {
+			c.res, c.err = res[j], err
+		}
 	}
 }
 

@@ -307,3 +307,47 @@ func TestLargeBatch(t *testing.T) {
 		t.Errorf("%d of 3000 allowed, want 2000 (two of each key's three)", allowed)
 	}
 }
+
+// On a Cluster a batch goes as one pipeline of a script call per slot. A
+// master that lost its scripts (SCRIPT FLUSH, a failover to a fresh
+// replica) answers NOSCRIPT, and the call is sent again with the script.
+func TestCoalescingOnAClusterAfterScriptFlush(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	rs := redisstore.New(cl.Client(t), redisstore.Options{Coalesce: &redisstore.Coalesce{MaxWait: 200 * time.Microsecond}})
+	defer rs.Close()
+	rules := []sluice.Rule{{Rate: 1000, Burst: 1000}}
+	round := func() {
+		var wg sync.WaitGroup
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 20; i++ {
+					if _, err := rs.Check(ctx, sluice.Request{Key: fmt.Sprint("k", g*20+i), Cost: 1, Rules: rules}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	round()
+	for _, m := range cl.Masters() {
+		if err := m.Client(t).ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		m.ResetStats(t)
+	}
+	round()
+	var evals, evalshas int64
+	for _, m := range cl.Masters() {
+		st := m.CommandStats(t)
+		evals += st["eval"].Calls
+		evalshas += st["evalsha"].Calls
+	}
+	t.Logf("after the flush: %d EVALSHA, %d EVAL", evalshas, evals)
+	if evals == 0 {
+		t.Error("no EVAL after SCRIPT FLUSH: the NOSCRIPT path was not taken")
+	}
+}

@@ -161,12 +161,36 @@ func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 // runBatch sends ops to Redis in one script call and writes their results
 // to res. The keys of ops must share a Cluster slot when on a Cluster.
 func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
+	c := s.prepare(ops)
+	reply, err := c.script.Run(ctx, s.client, c.keys, c.nums).Text()
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return parseReplies(reply, res)
+}
+
+// A scriptCall is one script call, ready to send: which script, its keys
+// and its numbers.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	nums   []byte
+}
+
+// prepare builds the script call of ops: tokenBucketOne for a lone check
+// of one rule, the batch script for anything else.
+func (s *Store) prepare(ops []op) scriptCall {
 	now := -1.0 // the server's TIME
 	if s.now != nil {
 		now = float64(s.now().UnixMicro())
 	}
 	if o := ops[0]; len(ops) == 1 && !o.adjust && len(o.rules) == 1 {
-		return s.runOne(ctx, o, now, &res[0])
+		r := o.rules[0]
+		nums := make([]byte, 0, 6*8)
+		for _, f := range [...]float64{now, float64(s.marginMs), float64(o.amount), float64(o.maxDelayUs), r.Rate, float64(r.Burst)} {
+			nums = appendFloat(nums, f)
+		}
+		return scriptCall{tokenBucketOne, []string{s.Key(o.key)}, nums}
 	}
 	keys := make([]string, len(ops))
 	n := 2
@@ -174,9 +198,9 @@ func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) err
 		n += 4 + 2*len(o.rules)
 	}
 	// Every number goes as a little-endian float64 in one string: exact
-	// for these values, and the script reads them all with one
-	// struct.unpack instead of a strtod each. A rate goes bit for bit, so
-	// the script computes with exactly Go's float64.
+	// for these values, and the script reads them with struct.unpack
+	// instead of a strtod each. A rate goes bit for bit, so the script
+	// computes with exactly Go's float64.
 	nums := make([]byte, 0, 8*n)
 	nums = appendFloat(nums, now)
 	nums = appendFloat(nums, float64(s.marginMs))
@@ -195,34 +219,17 @@ func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) err
 			nums = appendFloat(nums, float64(r.Burst))
 		}
 	}
-	reply, err := tokenBucket.Run(ctx, s.client, keys, nums).Text()
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
-	}
-	if len(reply) != 7*8*len(ops) {
-		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(ops), 7*8*len(ops))
-	}
-	for i := range ops {
-		res[i] = parseReply(reply[7*8*i:])
-	}
-	return nil
+	return scriptCall{tokenBucket, keys, nums}
 }
 
-// runOne sends a check of one rule to tokenBucketOne.
-func (s *Store) runOne(ctx context.Context, o op, now float64, res *sluice.Result) error {
-	r := o.rules[0]
-	nums := make([]byte, 0, 6*8)
-	for _, f := range [...]float64{now, float64(s.marginMs), float64(o.amount), float64(o.maxDelayUs), r.Rate, float64(r.Burst)} {
-		nums = appendFloat(nums, f)
+// parseReplies reads the 7 float64s of each check's result, in order.
+func parseReplies(reply string, res []sluice.Result) error {
+	if len(reply) != 7*8*len(res) {
+		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(res), 7*8*len(res))
 	}
-	reply, err := tokenBucketOne.Run(ctx, s.client, []string{s.Key(o.key)}, nums).Text()
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
+	for i := range res {
+		res[i] = parseReply(reply[7*8*i:])
 	}
-	if len(reply) != 7*8 {
-		return fmt.Errorf("redisstore: script returned %d bytes, want %d", len(reply), 7*8)
-	}
-	*res = parseReply(reply)
 	return nil
 }
 
