@@ -238,12 +238,8 @@ func (b *batcher) send(batch []*call) {
 }
 
 func (b *batcher) sendGroup(ctx context.Context, g []*call) {
-	ops := make([]op, len(g))
 	res := make([]sluice.Result, len(g))
-	for i, c := range g {
-		ops[i] = c.op
-	}
-	err := b.s.runBatch(ctx, ops, res)
+	err := b.s.runBatch(ctx, opsOf(g), res)
 	for i, c := range g {
 		c.res, c.err = res[i], err
 	}
@@ -261,11 +257,7 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe := b.cluster.Pipeline()
 	for i, g := range groups {
-		ops := make([]op, len(g))
-		for j, c := range g {
-			ops[j] = c.op
-		}
-		calls[i] = b.s.prepare(ops)
+		calls[i] = b.s.prepare(opsOf(g))
 		cmds[i] = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].nums)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -284,6 +276,14 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 			c.res, c.err = res[j], err
 		}
 	}
+}
+
+func opsOf(g []*call) []op {
+	ops := make([]op, len(g))
+	for i, c := range g {
+		ops[i] = c.op
+	}
+	return ops
 }
 
 // close stops queueing and waits until every queued check is answered.
