@@ -280,7 +280,7 @@ func TestServe(t *testing.T) {
 		{`{"policy":"products","key":"user-1024","cost":2}`, 200, `"allowed":false`},
 		{`{"policy":"products","key":"user-1024","cost":-1}`, 400, `"error":"invalid_request"`},
 		{`{"policy":"products","key":"user-1024","cost":4}`, 400, `cost 4 is above the burst 3`},
-		{`{"policy":"nope","key":"k"}`, 404, `"error":"unknown_policy"`},
+		{`{"policy":"nope","key":"k"}`, 400, `"error":"unknown_policy"`},
 		{`{"policy":"products"}`, 400, `key is missing`},
 		{`{"policy":`, 400, `"error":"invalid_request"`},
 		{`{"policy":"products","key":"k","extra":1}`, 400, `unknown field`},

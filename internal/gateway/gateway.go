@@ -443,7 +443,7 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 	res, err := st.limiter.Check(r.Context(), req.Policy, req.Key, cost)
 	switch {
 	case errors.Is(err, httplimit.ErrUnknownPolicy):
-		writeError(w, http.StatusNotFound, "unknown_policy", fmt.Sprintf("no policy is named %q; configured: %v", req.Policy, st.limiter.Policies()))
+		writeError(w, http.StatusBadRequest, "unknown_policy", fmt.Sprintf("no policy is named %q; configured: %v", req.Policy, st.limiter.Policies()))
 		return
 	case errors.Is(err, sluice.ErrCostExceedsBurst), errors.Is(err, sluice.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
