@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -145,6 +144,11 @@ func (b *batcher) release() {
 		go b.flush() // takes over the slot
 		return
 	}
+	b.leave()
+}
+
+// leave gives back a batch slot for good, with b.mu held.
+func (b *batcher) leave() {
 	b.inFlight--
 	if b.inFlight == 0 {
 		b.idle.Broadcast()
@@ -157,10 +161,7 @@ func (b *batcher) release() {
 func (b *batcher) next() []*call {
 	n := min(len(b.pending), b.maxBatch)
 	if n == 0 {
-		b.inFlight--
-		if b.inFlight == 0 {
-			b.idle.Broadcast()
-		}
+		b.leave()
 		return nil
 	}
 	batch := make([]*call, n)
@@ -267,11 +268,7 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 			reply, err = calls[i].script.Eval(ctx, b.cluster, calls[i].keys, calls[i].nums).Text()
 		}
 		res := make([]sluice.Result, len(g))
-		if err != nil {
-			err = fmt.Errorf("redisstore: %w", err)
-		} else {
-			err = parseReplies(reply, res)
-		}
+		err = parseReplies(reply, err, res)
 		for j, c := range g {
 			c.res, c.err = res[j], err
 		}

@@ -214,17 +214,20 @@ func TestCoalescingWithdrawsAbandonedChecks(t *testing.T) {
 		}
 		waiting <- r
 	}()
-	closed := make(chan struct{})
-	time.AfterFunc(50*time.Millisecond, func() { // "waiting" is queued by then
-		go func() { rs.Close(); close(closed) }()
-		time.Sleep(50 * time.Millisecond)
-		select {
-		case <-closed:
-			t.Error("Close returned with a check still queued")
-		default:
+	for start := time.Now(); redisstore.Queued(rs) != 1; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d checks queued, want the waiting one", redisstore.Queued(rs))
 		}
-		close(g.gate)
-	})
+	}
+	closed := make(chan struct{})
+	go func() { rs.Close(); close(closed) }()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-closed:
+		t.Error("Close returned with a check still queued")
+	default:
+	}
+	close(g.gate)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}

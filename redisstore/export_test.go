@@ -23,3 +23,10 @@ func RunBatch(ctx context.Context, s *Store, batch []BatchOp) ([]sluice.Result, 
 	res := make([]sluice.Result, len(batch))
 	return res, s.runBatch(ctx, ops, res)
 }
+
+// Queued returns how many checks of a coalescing Store wait in its queue.
+func Queued(s *Store) int {
+	s.batcher.mu.Lock()
+	defer s.batcher.mu.Unlock()
+	return len(s.batcher.pending)
+}

@@ -163,10 +163,7 @@ func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
 	c := s.prepare(ops)
 	reply, err := c.script.Run(ctx, s.client, c.keys, c.nums).Text()
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
-	}
-	return parseReplies(reply, res)
+	return parseReplies(reply, err, res)
 }
 
 // A scriptCall is one script call, ready to send: which script, its keys
@@ -222,8 +219,12 @@ func (s *Store) prepare(ops []op) scriptCall {
 	return scriptCall{tokenBucket, keys, nums}
 }
 
-// parseReplies reads the 7 float64s of each check's result, in order.
-func parseReplies(reply string, res []sluice.Result) error {
+// parseReplies reads the 7 float64s of each check's result, in order, from
+// the reply of a script call, or returns the call's error.
+func parseReplies(reply string, err error, res []sluice.Result) error {
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
 	if len(reply) != 7*8*len(res) {
 		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(res), 7*8*len(res))
 	}
