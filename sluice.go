@@ -88,7 +88,40 @@ type Result struct {
 	// Delay is how long the caller must wait before proceeding with a
 	// reserved request (Request.MaxDelay). Zero for plain checks.
 	Delay time.Duration
+
+	// DecidedBy says what decided the result when it was not the store's
+	// own bucket: a remembered denial, or a failure policy while the store
+	// could not answer. The zero value, ByStore, is the store itself.
+	DecidedBy DecidedBy
 }
+
+// DecidedBy names what decided a Result.
+type DecidedBy uint8
+
+const (
+	// ByStore: the store's own bucket decided.
+	ByStore DecidedBy = iota
+	// ByDenialCache: a denial remembered from the store answered.
+	ByDenialCache
+	// ByLocal: the store failed and an in-process bucket decided.
+	ByLocal
+	// ByOpen: the store failed and the request was let through unchecked.
+	ByOpen
+)
+
+var decidedByNames = [...]string{ByStore: "store", ByDenialCache: "denial_cache", ByLocal: "local", ByOpen: "open"}
+
+// String returns store, denial_cache, local or open.
+func (d DecidedBy) String() string {
+	if int(d) < len(decidedByNames) {
+		return decidedByNames[d]
+	}
+	return "unknown"
+}
+
+// Degraded reports whether the store's bucket did not take part because
+// the store failed (ByLocal or ByOpen).
+func (d DecidedBy) Degraded() bool { return d == ByLocal || d == ByOpen }
 
 // Store keeps token buckets and decides checks against them. Every
 // implementation is safe for concurrent use and gives the same answers for

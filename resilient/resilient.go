@@ -314,6 +314,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		var hit bool
 		if res, hit, remembered = s.denials.lookup(req, now); hit {
 			s.metrics.denialHits.Inc()
+			res.DecidedBy = sluice.ByDenialCache
 			return res, s.decided(Decision{Source: FromDenialCache, Key: req.Key}), nil
 		}
 	}
@@ -402,7 +403,9 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 		return sluice.Result{}, unavailable(cause)
 	case Local:
 		var buf [sluice.MaxRules]sluice.Rule
-		return s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+		res, err := s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+		res.DecidedBy = sluice.ByLocal
+		return res, err
 	}
 	return fullResult(rules, 0), nil
 }
@@ -424,6 +427,7 @@ func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error) (
 		if err != nil {
 			return sluice.Result{}, Decision{Key: req.Key}, err
 		}
+		res.DecidedBy = sluice.ByLocal
 		return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause}), nil
 	}
 	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause}), nil
@@ -489,6 +493,7 @@ func fullResult(rules []sluice.Rule, cost int64) sluice.Result {
 	r := rules[best]
 	return sluice.Result{
 		Allowed:    true,
+		DecidedBy:  sluice.ByOpen,
 		Rule:       best,
 		Limit:      r.Burst,
 		Remaining:  max(r.Burst-cost, 0),
