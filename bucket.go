@@ -19,6 +19,44 @@ func FullBucket(r Rule, now int64) Bucket {
 	return Bucket{Tokens: float64(r.Burst), Last: now}
 }
 
+// Bounds of a valid rule and request (Rule.Validate, ValidateRequest;
+// check-config refuses the same values when it loads a file). Within them
+// float64 counts every token of a bucket exactly, and every wait the math
+// computes is far below MaxWait, where it would saturate.
+const (
+	// MaxRate is the fastest rate: 10^9 tokens per second.
+	MaxRate = 1e9
+
+	// MaxBurst is the largest burst: 10^15 tokens, well inside the 2^53
+	// whole numbers that float64 holds exactly.
+	MaxBurst = 1_000_000_000_000_000
+
+	// MaxRefillTime is the longest a rule may take to refill an empty
+	// bucket, Burst/Rate: a year of 366 days. It sets the slowest rate a
+	// burst may have (1/366d for a burst of 1), and so how long a key's
+	// state is kept.
+	MaxRefillTime = 366 * 24 * time.Hour
+
+	// MaxDelayLimit is the longest Request.MaxDelay: an hour. A request is
+	// held for pacing, not parked for later.
+	MaxDelayLimit = time.Hour
+
+	// MaxWait is where every duration the math returns saturates: 2^53 µs,
+	// about 285 years. No wait of a valid rule comes near it, but debt
+	// charged by Adjust has no bound; beyond MaxWait a RetryAfter or
+	// ResetAfter says "not within any time that matters" instead of
+	// wrapping to a negative number.
+	MaxWait = maxMicros * time.Microsecond
+)
+
+// maxMicros is MaxWait in microseconds. 2^53 is exact in float64, so the
+// Lua scripts clamp to the very same number.
+const maxMicros = 1 << 53
+
+// refillBound is MaxRefillTime in seconds, with room for the rounding of a
+// rate written as COUNT/UNIT (1/366d refills in 366 days, not a hair more).
+const refillBound = 366 * 24 * 3600 * (1 + 1e-9)
+
 // tolerance absorbs the rounding of float64 arithmetic in the comparison of
 // tokens against a cost, so that a caller who waits exactly RetryAfter is
 // never denied by a rounding error (0.1 + 0.2 < 0.3 in float64). It is far
@@ -33,9 +71,11 @@ const tolerance = 1e-9
 // multiply and add (as it may on arm64), which would break bit-for-bit
 // agreement with the Lua script.
 func refill(b Bucket, r Rule, now int64) float64 {
-	elapsed := now - b.Last
-	if elapsed < 0 {
-		elapsed = 0
+	var elapsed int64
+	if now > b.Last {
+		if elapsed = now - b.Last; elapsed < 0 { // wrapped: more than int64 holds
+			elapsed = math.MaxInt64
+		}
 	}
 	gained := float64(float64(elapsed) / 1e6 * r.Rate)
 	tokens, burst := float64(b.Tokens+gained), float64(r.Burst)
@@ -180,14 +220,16 @@ func remaining(tokens float64) int64 {
 	return int64(tokens + tolerance) // truncation is math.Floor for a positive number
 }
 
-// micros rounds seconds up to whole microseconds; a non-positive span is 0.
+// micros rounds seconds up to whole microseconds; a non-positive span is
+// 0, and a span of MaxWait or more (infinite included) is MaxWait: a wait
+// saturates, it never wraps to a negative number.
 func micros(seconds float64) int64 {
 	if seconds <= 0 {
 		return 0
 	}
 	us := float64(seconds * 1e6)
-	if us >= 1<<62 { // beyond any real wait: leave the rounding to math.Ceil
-		return int64(math.Ceil(us))
+	if !(us < maxMicros) {
+		return maxMicros
 	}
 	n := int64(us) // math.Ceil, inlined: truncate, then round up a fraction
 	if float64(n) < us {
@@ -209,7 +251,11 @@ func ExpiryAfter(buckets []Bucket, rules []Rule, margin time.Duration) time.Dura
 			longest = t
 		}
 	}
-	return time.Duration(longest)*time.Microsecond + margin
+	d := time.Duration(longest) * time.Microsecond // at most MaxWait: no overflow
+	if margin > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return d + margin
 }
 
 // ValidateRequest reports why req cannot be checked, or nil. The error
@@ -217,8 +263,8 @@ func ExpiryAfter(buckets []Bucket, rules []Rule, margin time.Duration) time.Dura
 func ValidateRequest(req Request) error {
 	// The common case, a valid check of one rule, is decided inline; the
 	// rest, and every error, in validateRequest.
-	if len(req.Rules) == 1 && req.Key != "" && req.Cost >= 0 && req.MaxDelay >= 0 {
-		if r := req.Rules[0]; r.Rate > 0 && r.Rate <= math.MaxFloat64 && r.Burst >= 1 && req.Cost <= r.Burst {
+	if len(req.Rules) == 1 && req.Key != "" && req.Cost >= 0 && req.MaxDelay >= 0 && req.MaxDelay <= MaxDelayLimit {
+		if r := req.Rules[0]; r.Rate <= MaxRate && r.Burst >= 1 && r.Burst <= MaxBurst && float64(r.Burst) <= r.Rate*refillBound && req.Cost <= r.Burst {
 			return nil
 		}
 	}
@@ -232,8 +278,8 @@ func validateRequest(req Request) error {
 	if req.Cost < 0 {
 		return fmt.Errorf("%w: cost %d: want 0 or more", ErrInvalid, req.Cost)
 	}
-	if req.MaxDelay < 0 {
-		return fmt.Errorf("%w: max delay %v: want 0 or more", ErrInvalid, req.MaxDelay)
+	if req.MaxDelay < 0 || req.MaxDelay > MaxDelayLimit {
+		return fmt.Errorf("%w: max delay %v: want 0 to %v", ErrInvalid, req.MaxDelay, MaxDelayLimit)
 	}
 	return validateRules(req.Rules, req.Cost)
 }

@@ -216,7 +216,7 @@ func TestRoundingIsMathCeilAndFloor(t *testing.T) {
 		t.Helper()
 		want := int64(0)
 		if x > 0 {
-			want = int64(math.Ceil(x * 1e6))
+			want = int64(math.Ceil(min(x*1e6, maxMicros))) // saturates at MaxWait
 		}
 		if got := micros(x); got != want {
 			t.Fatalf("micros(%v) = %d, want %d", x, got, want)

@@ -27,15 +27,35 @@ func NewRule(rate string, burst int64) (Rule, error) {
 	return r, r.Validate()
 }
 
-// Validate reports whether r can be checked; the error wraps ErrInvalid.
+// Validate reports whether r can be checked: a rate above zero and at most
+// MaxRate, a burst from 1 to MaxBurst, and a refill time (Burst/Rate) of
+// at most MaxRefillTime. The error wraps ErrInvalid.
 func (r Rule) Validate() error {
-	if !(r.Rate > 0) || math.IsInf(r.Rate, 0) {
-		return fmt.Errorf("%w: rate %v: want a positive finite number of tokens per second", ErrInvalid, r.Rate)
+	if !(r.Rate > 0) || !(r.Rate <= MaxRate) {
+		return fmt.Errorf("%w: rate %v: want a number of tokens per second above 0 and at most %g", ErrInvalid, r.Rate, float64(MaxRate))
 	}
-	if r.Burst < 1 {
-		return fmt.Errorf("%w: burst %d: want an integer of at least 1", ErrInvalid, r.Burst)
+	if r.Burst < 1 || r.Burst > MaxBurst {
+		return fmt.Errorf("%w: burst %d: want an integer from 1 to %d", ErrInvalid, r.Burst, int64(MaxBurst))
+	}
+	if !(float64(r.Burst) <= r.Rate*refillBound) {
+		return fmt.Errorf("%w: rate %s with burst %d refills an empty bucket in %s: want at most 366 days; raise the rate to at least %d/8784h or lower the burst",
+			ErrInvalid, FormatRate(r.Rate), r.Burst, span(float64(r.Burst)/r.Rate), r.Burst)
 	}
 	return nil
+}
+
+// span writes a number of seconds for a message about bounds: as a Go
+// duration up to two days, then in days, then years.
+func span(seconds float64) string {
+	switch {
+	case !(seconds < 1000*365*86400):
+		return "more than 1000 years"
+	case seconds >= 2*365*86400:
+		return strconv.FormatFloat(math.Round(seconds/(365*86400)), 'f', -1, 64) + " years"
+	case seconds >= 2*86400:
+		return strconv.FormatFloat(math.Round(seconds/86400), 'f', -1, 64) + " days"
+	}
+	return time.Duration(seconds * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 // RefillTime is the time r takes to refill an empty bucket.

@@ -35,6 +35,7 @@
 -- of one rule unrolled (decideOne), with no tables at all.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
+local max_us = 9007199254740992 -- 2^53 µs: MaxWait, where every wait saturates (micros)
 local ceil, floor, min, huge = math.ceil, math.floor, math.min, math.huge
 local pack, unpack_struct, rep, concat, call = struct.pack, struct.unpack, string.rep, table.concat, redis.call
 
@@ -73,6 +74,7 @@ for j = 1, #KEYS do
     local wait = 0
     if tokens + tolerance < amount then
       wait = ceil((amount - tokens) / rate * 1e6)
+      if wait > max_us then wait = max_us end -- saturates (micros)
     end
     local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
     local retry, delay = 0, 0
@@ -90,6 +92,7 @@ for j = 1, #KEYS do
     end
     if burst - tokens > 0 then
       reset = ceil((burst - tokens) / rate * 1e6)
+      if reset > max_us then reset = max_us end -- saturates (micros)
     end
     call('SET', key, pack('<dd', tokens, last), 'PX', ceil(reset / 1000) + margin_ms)
     out[j] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
@@ -129,6 +132,7 @@ for j = 1, #KEYS do
       if op == 0 then
         if tokens + tolerance < cost then
           local w = ceil((cost - tokens) / rate * 1e6) -- micros
+          if w > max_us then w = max_us end -- saturates (micros)
           if w > wait then
             wait = w
           end
@@ -159,6 +163,7 @@ for j = 1, #KEYS do
       local reset = 0
       if rb[2 * i] - tokens > 0 then
         reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
+        if reset > max_us then reset = max_us end -- saturates (micros)
       end
       if reset > longest then
         longest = reset
@@ -166,6 +171,7 @@ for j = 1, #KEYS do
       if not allowed then
         if tokens + tolerance < cost then
           local w = ceil((cost - tokens) / rate * 1e6)
+          if w > max_us then w = max_us end -- saturates (micros)
           if w > retry then
             best, retry = i, w
           end
@@ -192,6 +198,7 @@ for j = 1, #KEYS do
     end
     if burst - tokens > 0 then
       reset = ceil((burst - tokens) / rate * 1e6)
+      if reset > max_us then reset = max_us end -- saturates (micros)
     end
     if allowed and wait > 0 then
       delay = wait

@@ -11,6 +11,7 @@
 -- Returns 7 packed float64s, as tokenbucket.lua does for each check.
 
 local tolerance = 1e-9 -- as in bucket.go
+local max_us = 9007199254740992 -- 2^53 µs: MaxWait, where every wait saturates
 local now, margin_ms, cost, max_delay, rate, burst = struct.unpack('<dddddd', ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
@@ -40,6 +41,7 @@ end
 local wait = 0
 if tokens + tolerance < cost then
   wait = math.ceil((cost - tokens) / rate * 1e6)
+  if wait > max_us then wait = max_us end -- saturates (micros)
 end
 local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
 local retry, delay = 0, 0
@@ -58,6 +60,7 @@ if tokens > 0 then
 end
 if burst - tokens > 0 then
   reset = math.ceil((burst - tokens) / rate * 1e6)
+  if reset > max_us then reset = max_us end -- saturates (micros)
 end
 
 -- ExpiryAfter: until the bucket is full again, plus the margin; on every
