@@ -346,9 +346,7 @@ func (v *validator) policies() {
 		}
 		v.rules(at+".anonymous", p.Anonymous, cost)
 		v.rules(at+".authenticated", p.Authenticated, cost)
-		if p.MaxDelay < 0 {
-			v.fail(at+".max_delay", "%v: want 0s (reject) or a positive duration to pace requests, such as 500ms", p.MaxDelay)
-		}
+		v.maxDelay(at+".max_delay", p.MaxDelay)
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
 		v.oneOf(at+".on_error", p.OnError, "open", "closed", "local")
 		if !slices.Contains(algo.Names(), p.Algorithm) {
@@ -442,6 +440,9 @@ func (v *validator) rules(field string, rules []Rule, cost int64) {
 			ok = false
 		case cost > r.Burst:
 			v.fail(at+".burst", "%d is below the policy's cost %d: such a request could never pass; raise the burst or lower the cost", r.Burst, cost)
+			ok = false
+		}
+		if rate > 0 && r.Burst >= 1 && !v.ruleBounds(at, sluice.Rule{Rate: rate, Burst: r.Burst}, cost) {
 			ok = false
 		}
 		parsed = append(parsed, sluice.Rule{Rate: rate, Burst: r.Burst})
