@@ -155,7 +155,7 @@ func Load(path string) (*Config, error) {
 // dir is where relative key file paths are read from.
 func Parse(name, dir string, data []byte) (*Config, error) {
 	c := &Config{File: name}
-	d := &decoder{file: name, errs: new(Errors), lines: make(map[string]int)}
+	d := &decoder{file: name, errs: new(Errors), lines: make(map[string]int), bad: make(map[string]bool)}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -172,11 +172,13 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 	if root.Kind != 0 {
 		d.decode(&root, reflect.ValueOf(c).Elem(), "")
 	}
-	if len(*d.errs) > 0 {
+	if d.nodes > maxNodes {
 		return nil, d.errs.sorted()
 	}
+	// Validate even when decoding found mistakes, so that one pass reports
+	// every mistake of the file; what decoding reported is not reported again.
 	c.Defaults()
-	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs}
+	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs, skip: d.reported}
 	v.validate()
 	if len(*d.errs) > 0 {
 		return nil, d.errs.sorted()

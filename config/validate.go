@@ -41,11 +41,15 @@ type validator struct {
 	dir   string
 	lines map[string]int
 	errs  *Errors
+	skip  func(path string) bool // already reported while decoding
 }
 
 // fail reports a problem with the field at path, on the line where it is
 // written (or the nearest enclosing field that is written).
 func (v *validator) fail(path, format string, args ...any) {
+	if v.skip != nil && v.skip(path) {
+		return
+	}
 	v.errs.add(v.file, v.line(path), path, fmt.Sprintf(format, args...))
 }
 
