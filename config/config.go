@@ -5,7 +5,7 @@
 // Load reads and validates a file once. Every problem is reported with the
 // file, the line and the path of the field, and says what would be valid:
 //
-//	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unit "x" is not s, m, h, d …
+//	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unknown unit "x"; want COUNT/UNIT such as 10/s …
 //
 // Unknown fields are errors (a typo never silently turns a limit off), and
 // so are rates that do not parse, a burst below 1, a cost above a burst,
