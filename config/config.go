@@ -75,6 +75,15 @@ type Redis struct {
 	Sentinel     Sentinel      `yaml:"sentinel"`
 	Timeout      time.Duration `yaml:"timeout"` // default 50ms
 	TLS          RedisTLS      `yaml:"tls"`
+	// Username of an ACL user, and where its password is: a file
+	// (password_file, relative to the configuration file; a trailing
+	// newline is dropped) or an environment variable (password_env), so
+	// that the YAML holds no secret. They win over a user and password in
+	// the url; the password is never printed.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	Password     Secret `yaml:"-"` // read from PasswordFile or PasswordEnv by Load
 	// Coalesce sends concurrent checks to Redis together, one script call
 	// a batch (see redisstore.Coalesce): fewer round trips and less Redis
 	// CPU under load, the same answers. Default false.
