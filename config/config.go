@@ -53,6 +53,9 @@ type Config struct {
 	Identity        Identity `yaml:"identity"`
 	Policies        []Policy `yaml:"policies"`
 
+	// Allowlist names callers never limited, such as health checkers.
+	Allowlist Allowlist `yaml:"allowlist"`
+
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
 

@@ -104,6 +104,7 @@ func (v *validator) validate() {
 	v.store()
 	v.identity()
 	v.policies()
+	v.allowlist()
 }
 
 func (v *validator) hostPort(path, s string) {
