@@ -76,13 +76,22 @@ var rateUnits = []struct {
 }
 
 // ParseRate reads a rate written as COUNT/UNIT and returns it in tokens per
-// second. COUNT is a positive decimal number; UNIT is s, m, h or d (also
-// second, minute, hour, day), or a Go duration such as 10s or 1m30s. For
-// example 10/s, 600/m, 1000/h, 10000/d, 0.5/s and 100/10s. The error wraps
-// ErrInvalid and says what would be valid.
+// second. This is the whole grammar:
+//
+//	COUNT  a decimal number greater than zero: 10, 0.5, 1e3
+//	UNIT   s, sec or second
+//	       m, min or minute
+//	       h or hour
+//	       d or day
+//	       or a Go duration with its number: 10s, 1m30s, 500ms
+//
+// Units are lower case (10/S is an error, so that M never reads as month),
+// and spaces around COUNT and UNIT are ignored. For example 10/s, 600/m,
+// 1000/h, 10000/d, 0.5/s, 5/second and 100/10s. The error wraps ErrInvalid
+// and states this grammar.
 func ParseRate(s string) (float64, error) {
 	bad := func(why string) (float64, error) {
-		return 0, fmt.Errorf("%w: rate %q: %s; want COUNT/UNIT such as 10/s, 600/m, 1000/h, 10000/d or 0.5/s", ErrInvalid, s, why)
+		return 0, fmt.Errorf("%w: rate %q: %s; want COUNT/UNIT such as 10/s, 600/m, 1000/h, 10000/d or 0.5/s (%s)", ErrInvalid, s, why, rateUnitGrammar)
 	}
 	count, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -106,8 +115,11 @@ func ParseRate(s string) (float64, error) {
 	return rate, nil
 }
 
+// rateUnitGrammar is what UNIT may be, for error messages.
+const rateUnitGrammar = "UNIT is s, sec, second, m, min, minute, h, hour, d, day, or a duration such as 10s, 1m30s or 500ms"
+
 func unitSeconds(unit string) (float64, error) {
-	switch strings.ToLower(unit) {
+	switch unit {
 	case "s", "sec", "second":
 		return 1, nil
 	case "m", "min", "minute":
@@ -118,8 +130,8 @@ func unitSeconds(unit string) (float64, error) {
 		return 86400, nil
 	}
 	d, err := time.ParseDuration(unit)
-	if err != nil {
-		return 0, fmt.Errorf("unit %q is not s, m, h, d or a duration such as 10s", unit)
+	if err != nil || !strings.ContainsAny(unit[:1], "0123456789.") { // no sign: 10/+1s is a typo
+		return 0, fmt.Errorf("unknown unit %q", unit)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("unit %q must be a positive duration", unit)

@@ -11,6 +11,7 @@ func TestParseRate(t *testing.T) {
 	good := map[string]float64{
 		"10/s": 10, "600/m": 10, "1000/h": 1000.0 / 3600, "10000/d": 10000.0 / 86400,
 		"0.5/s": 0.5, " 5 / second ": 5, "100/10s": 10, "90/1m30s": 1, "2/min": 2.0 / 60,
+		"1/sec": 1, "60/minute": 1, "3600/hour": 1, "86400/day": 1, "5/500ms": 10, "1/.5s": 2,
 	}
 	for in, want := range good {
 		got, err := ParseRate(in)
@@ -18,9 +19,11 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "10", "10/x", "0/s", "-1/s", "abc/s", "NaN/s", "Inf/s", "1/-1s", "10/0s", "1e400/s"} {
+	for _, in := range []string{"", "10", "10/x", "0/s", "-1/s", "abc/s", "NaN/s", "Inf/s", "1/-1s", "10/0s", "1e400/s",
+		"10/ms", "10/S", "10/M", "10/Sec", "10/seconds", "10/hr", "10/", "10/+1s", "10/0"} {
 		_, err := ParseRate(in)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want COUNT/UNIT") {
+		// Every error states the whole grammar.
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want COUNT/UNIT") || !strings.Contains(err.Error(), rateUnitGrammar) {
 			t.Errorf("ParseRate(%q) = %v; want an ErrInvalid that says what is valid", in, err)
 		}
 	}

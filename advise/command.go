@@ -36,7 +36,7 @@ func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "generate" || args[0] == "loggen" || args[0] == "--generate" || args[0] == "-generate") {
 		return generateCommand(args[1:], stdout, stderr)
 	}
-	opts, err := parseFlags(args, stderr)
+	opts, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -127,22 +127,26 @@ func parseWindow(v string) (time.Duration, error) {
 	return d, nil
 }
 
-const usage = `usage: sluice advise [flags] LOG...
-       sluice advise generate [flags]   (writes a synthetic log; -h for its flags)
+const usage = `Usage: sluice advise [flags] LOG...
+       sluice advise generate [flags]   (writes a synthetic log; --help for its flags)
 
 Reads access logs (Common, Combined, JSON lines; files, globs, .gz, or - for
 standard input), measures per-key request rates per endpoint and caller kind,
 proposes rate = 2 x p99 and burst = 5-10 x rate, and replays the proposal.
 
+Flags:
 `
 
-func parseFlags(args []string, stderr io.Writer) (Options, error) {
+func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Options{Window: 7 * 24 * time.Hour}
 	fs := flag.NewFlagSet("sluice advise", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+	fs.Usage = func() {} // printed below: --help on stdout, once
+	help := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
 	var fields multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
@@ -161,6 +165,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				help(stdout)
+			}
 			return o, err
 		}
 		rest = fs.Args()
@@ -171,7 +178,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		rest = rest[1:]
 	}
 	if len(o.Inputs) == 0 {
-		fs.Usage()
+		help(stderr)
 		return o, errors.New("no log given: name files, globs, or - for standard input")
 	}
 	var err error

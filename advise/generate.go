@@ -10,8 +10,24 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/sluicehq/sluice/internal/loggen"
 )
+
+const generateUsage = `Usage: sluice advise generate [flags] > access.log
+
+Write a synthetic access log, deterministic from --seed, to try
+'sluice advise' on: ordinary users and anonymous IPs with realistic daily
+cycles, a few abusive clients, in the chosen format. It stops after --size
+bytes (100MB by default) or --lines lines.
+
+It writes to standard output, or to -o FILE (compressed when FILE ends in
+.gz). When standard output is a terminal and neither --size nor --lines is
+given, it refuses: redirect it, use -o, or say how much you want.
+
+Flags:
+`
 
 // generateCommand is `sluice advise generate`: a synthetic log for demos.
 func generateCommand(args []string, stdout, stderr io.Writer) int {
@@ -30,15 +46,28 @@ func generateCommand(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Abusers, "abusers", 3, "abusive clients (-1 for none)")
 	fs.StringVar(&start, "start", "2026-01-05T00:00:00Z", "time of the first line, RFC 3339")
 	fs.StringVar(&out, "o", "-", "output file; a name ending in .gz is compressed")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice advise generate [flags]")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // printed below: --help on stdout, once
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprint(stdout, generateUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintln(stderr, "Run 'sluice advise generate --help' for usage.")
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice advise generate: unexpected argument %q; run 'sluice advise generate --help' for usage.\n", fs.Arg(0))
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if out == "-" && !set["size"] && !set["lines"] {
+		if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			fmt.Fprintln(stderr, "sluice advise generate: not writing 100MB of log to a terminal; redirect it (> access.log), name a file (-o access.log.gz), or give --lines N or --size N")
+			return 2
+		}
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "sluice advise generate:", err)

@@ -5,7 +5,7 @@
 // Load reads and validates a file once. Every problem is reported with the
 // file, the line and the path of the field, and says what would be valid:
 //
-//	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unit "x" is not s, m, h, d …
+//	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unknown unit "x"; want COUNT/UNIT such as 10/s …
 //
 // Unknown fields are errors (a typo never silently turns a limit off), and
 // so are rates that do not parse, a burst below 1, a cost above a burst,
@@ -53,6 +53,9 @@ type Config struct {
 	Identity        Identity `yaml:"identity"`
 	Policies        []Policy `yaml:"policies"`
 
+	// Allowlist names callers never limited, such as health checkers.
+	Allowlist Allowlist `yaml:"allowlist"`
+
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
 
@@ -75,6 +78,15 @@ type Redis struct {
 	Sentinel     Sentinel      `yaml:"sentinel"`
 	Timeout      time.Duration `yaml:"timeout"` // default 50ms
 	TLS          RedisTLS      `yaml:"tls"`
+	// Username of an ACL user, and where its password is: a file
+	// (password_file, relative to the configuration file; a trailing
+	// newline is dropped) or an environment variable (password_env), so
+	// that the YAML holds no secret. They win over a user and password in
+	// the url; the password is never printed.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	Password     Secret `yaml:"-"` // read from PasswordFile or PasswordEnv by Load
 	// Coalesce sends concurrent checks to Redis together, one script call
 	// a batch (see redisstore.Coalesce): fewer round trips and less Redis
 	// CPU under load, the same answers. Default false.
@@ -155,7 +167,7 @@ func Load(path string) (*Config, error) {
 // dir is where relative key file paths are read from.
 func Parse(name, dir string, data []byte) (*Config, error) {
 	c := &Config{File: name}
-	d := &decoder{file: name, errs: new(Errors), lines: make(map[string]int)}
+	d := &decoder{file: name, errs: new(Errors), lines: make(map[string]int), bad: make(map[string]bool)}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -172,11 +184,13 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 	if root.Kind != 0 {
 		d.decode(&root, reflect.ValueOf(c).Elem(), "")
 	}
-	if len(*d.errs) > 0 {
+	if d.nodes > maxNodes {
 		return nil, d.errs.sorted()
 	}
+	// Validate even when decoding found mistakes, so that one pass reports
+	// every mistake of the file; what decoding reported is not reported again.
 	c.Defaults()
-	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs}
+	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs, skip: d.reported}
 	v.validate()
 	if len(*d.errs) > 0 {
 		return nil, d.errs.sorted()

@@ -18,6 +18,11 @@ type decoder struct {
 	errs  *Errors
 	lines map[string]int // field path -> line of its value
 	nodes int            // nodes visited, aliases expanded: bounds alias bombs
+	// bad holds the paths already reported, and the field an unknown one
+	// was probably meant to be, so that validation, which runs on the
+	// same file in the same pass, does not report them again as missing
+	// or zero.
+	bad map[string]bool
 }
 
 // maxNodes bounds the work on one file; a real configuration has hundreds.
@@ -26,6 +31,7 @@ const maxNodes = 100_000
 var durationType = reflect.TypeOf(time.Duration(0))
 
 func (d *decoder) fail(line int, path, format string, args ...any) {
+	d.bad[path] = true
 	if len(*d.errs) < maxErrors {
 		d.errs.add(d.file, line, path, fmt.Sprintf(format, args...))
 	}
@@ -163,6 +169,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			msg := "unknown field"
 			if s := closest(k.Value, names); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
+				if !seen[s] {
+					d.bad[joinPath(path, s)] = true // reported: not also "missing"
+				}
 			}
 			d.fail(k.Line, fieldPath, "%s; valid here: %s", msg, strings.Join(names, ", "))
 			continue
@@ -173,6 +182,28 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		}
 		seen[k.Value] = true
 		d.decode(val, v.Field(idx), fieldPath)
+	}
+}
+
+func joinPath(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// reported says whether path, or a field that holds it, already has a
+// decoding error.
+func (d *decoder) reported(path string) bool {
+	for p := path; ; {
+		if d.bad[p] {
+			return true
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			return d.bad[""]
+		}
+		p = p[:i]
 	}
 }
 

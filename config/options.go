@@ -15,6 +15,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 	opts := httplimit.Options{
 		TrustedProxies: c.keys.proxies,
 		IPv6Prefix:     c.IPv6Prefix,
+		Allowlist:      c.Allowlist.options(),
 	}
 	switch c.ForwardedHeader {
 	case "x-forwarded-for":

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // keyMaterial is what Load read from the key files and parsed.
@@ -41,11 +42,15 @@ type validator struct {
 	dir   string
 	lines map[string]int
 	errs  *Errors
+	skip  func(path string) bool // already reported while decoding
 }
 
 // fail reports a problem with the field at path, on the line where it is
 // written (or the nearest enclosing field that is written).
 func (v *validator) fail(path, format string, args ...any) {
+	if v.skip != nil && v.skip(path) {
+		return
+	}
 	v.errs.add(v.file, v.line(path), path, fmt.Sprintf(format, args...))
 }
 
@@ -99,6 +104,7 @@ func (v *validator) validate() {
 	v.store()
 	v.identity()
 	v.policies()
+	v.allowlist()
 }
 
 func (v *validator) hostPort(path, s string) {
@@ -162,12 +168,12 @@ func (v *validator) store() {
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == "") {
-			v.fail("store.redis.url", "%q: want redis://[user:password@]host:port[/db], or rediss://… for TLS", r.URL)
+			v.fail("store.redis.url", "%q: want redis://[user:password@]host:port[/db], or rediss://… for TLS", redisstore.RedactURL(r.URL))
 		} else if db := strings.Trim(u.Path, "/"); db != "" {
 			if _, err := strconv.ParseUint(db, 10, 8); err != nil {
-				v.fail("store.redis.url", "%q: database %q is not a number; want e.g. /0", r.URL, db)
+				v.fail("store.redis.url", "%q: database %q is not a number; want e.g. /0", redisstore.RedactURL(r.URL), db)
 			} else if db != "0" && len(r.ClusterAddrs) > 0 {
-				v.fail("store.redis.url", "%q: a Redis Cluster has only database 0; drop the /%s", r.URL, db)
+				v.fail("store.redis.url", "%q: a Redis Cluster has only database 0; drop the /%s", redisstore.RedactURL(r.URL), db)
 			}
 		}
 	}
@@ -199,6 +205,7 @@ func (v *validator) store() {
 	for i, a := range r.Sentinel.Addrs {
 		v.hostPort(fmt.Sprintf("store.redis.sentinel.addrs[%d]", i), a)
 	}
+	v.redisPassword()
 }
 
 func (v *validator) path(p string) string {

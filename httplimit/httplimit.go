@@ -167,6 +167,9 @@ type Options struct {
 	// Logger receives store errors and shadow denials, at most a few a
 	// second; nil means slog.Default().
 	Logger *slog.Logger
+
+	// Allowlist names callers that no policy limits (health checkers).
+	Allowlist Allowlist
 }
 
 // ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
@@ -191,6 +194,7 @@ type Limiter struct {
 	wait      func(context.Context, time.Duration) bool // tests replace it
 	timeout   time.Duration
 	storeCtx  func(context.Context, *Policy) context.Context
+	allow     allowlist
 
 	// methods holds the methods that some pattern names (GET implies
 	// HEAD), unless a pattern names none: a request of another method
@@ -236,6 +240,7 @@ func New(opts Options) (*Limiter, error) {
 		wait:      wait,
 		timeout:   opts.StoreTimeout,
 		storeCtx:  opts.StoreContext,
+		allow:     compileAllowlist(opts.Allowlist),
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
@@ -383,6 +388,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	var kb keyBuf
 	id, authenticated := l.identify(r)
+	if l.allowlisted(r, id, authenticated) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	var rs *ruleSet
 	if authenticated {
 		rs = p.rulesFor(id, true)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +58,9 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 	if opts.URL != "" {
 		parsed, err := redis.ParseURL(opts.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: redis url: %w (want redis://[user:password@]host:port[/db] or rediss://… for TLS)", err)
+			// The parser's message quotes the URL, password and all.
+			msg := strings.ReplaceAll(err.Error(), opts.URL, RedactURL(opts.URL))
+			return nil, fmt.Errorf("redisstore: redis url %s: %s (want redis://[user:password@]host:port[/db] or rediss://… for TLS)", RedactURL(opts.URL), msg)
 		}
 		u.Addrs = []string{parsed.Addr}
 		u.Username, u.Password, u.DB, u.TLSConfig = parsed.Username, parsed.Password, parsed.DB, parsed.TLSConfig

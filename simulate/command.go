@@ -38,7 +38,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-const usage = `usage: sluice simulate [flags]
+const usage = `Usage: sluice simulate [flags]
 
 Runs traffic scenarios through every rate limiting algorithm (token bucket,
 fixed window, sliding log, sliding window counter, leaky bucket) with the
@@ -114,16 +114,15 @@ func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.chart, "chart", "", "write a PNG of admitted requests over time per algorithm (with several scenarios, one file each: NAME-SCENARIO.png)")
 	fs.BoolVar(&o.jsonOut, "json", false, "write the report as JSON")
 	fs.StringVar(&o.algorithms, "algorithms", strings.Join(algo.Names(), ","), "algorithms to run (comma-separated)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() {} // printed below: --help on stdout, once
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
 			fs.SetOutput(stdout)
-			fs.Usage()
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintln(stderr, "Run 'sluice simulate --help' for usage.")
 		return 2
 	}
 	if fs.NArg() > 0 {

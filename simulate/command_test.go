@@ -141,7 +141,7 @@ func TestTextReportIsDeterministic(t *testing.T) {
 
 func TestHelpAndBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := Command([]string{"--help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage: sluice simulate") || !strings.Contains(out.String(), "--redis") && !strings.Contains(out.String(), "-redis") {
+	if code := Command([]string{"--help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "Usage: sluice simulate") || !strings.Contains(out.String(), "--redis") && !strings.Contains(out.String(), "-redis") {
 		t.Fatalf("--help: exit %d\n%s", code, out.String())
 	}
 	for _, args := range [][]string{

@@ -41,6 +41,7 @@ Commands:
   demo-upstream         run the demo upstream alone.
   advise                derive limits from access logs.
   simulate              compare rate limiting algorithms on traffic scenarios.
+  version               print the version and the VCS revision.
   help [COMMAND]        show this help, or a command's.
 
 Run 'sluice <command> --help' for a command's flags.
@@ -63,6 +64,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return run([]string{rest[0], "--help"}, stdin, stdout, stderr)
+	case "version", "-version", "--version":
+		return version(rest, stdout, stderr)
 	case "serve":
 		return serve(rest, stdout, stderr)
 	case "check-config":
@@ -80,35 +83,51 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// newFlags returns a flag set whose --help prints doc and the flags to
-// stdout.
-func newFlags(name, doc string, stdout, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprint(stdout, doc)
-		fs.PrintDefaults()
-	}
-	return fs
+// flagSet is a command's flags and its help text.
+type flagSet struct {
+	*flag.FlagSet
+	doc    string
+	stdout io.Writer
 }
 
-// parse parses args and returns the exit status to stop with, or -1 to go on.
-func parse(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+// newFlags returns the flag set of `sluice name`; doc is its help, which
+// ends with a "Flags:" heading when the command has flags.
+func newFlags(name, doc string, stdout, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // parse prints the help, or the mistake, once
+	return &flagSet{FlagSet: fs, doc: doc, stdout: stdout}
+}
+
+// parse parses args and returns the exit status to stop with, or -1 to go
+// on. -h and --help print the help on stdout and exit 0; a bad flag is
+// named on stderr (by the flag package) with where to find the help, exit 2.
+func (fs *flagSet) parse(args []string) int {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.printHelp(fs.stdout)
+		return 0
+	case err != nil:
+		fmt.Fprintf(fs.Output(), "Run '%s --help' for usage.\n", fs.Name())
 		return 2
 	}
 	return -1
+}
+
+func (fs *flagSet) printHelp(w io.Writer) {
+	fmt.Fprint(w, fs.doc)
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 type logFlags struct {
 	level, format *string
 }
 
-func addLogFlags(fs *flag.FlagSet) logFlags {
+func addLogFlags(fs *flagSet) logFlags {
 	return logFlags{
 		level:  fs.String("log-level", "info", "log level: debug, info, warn or error"),
 		format: fs.String("log-format", "text", "log format: text or json"),
@@ -153,7 +172,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "configuration file (required)")
 	grace := fs.Duration("shutdown-grace", 15*time.Second, "how long requests in flight may finish at shutdown")
 	lf := addLogFlags(fs)
-	if code := parse(fs, args); code >= 0 {
+	if code := fs.parse(args); code >= 0 {
 		return code
 	}
 	if *path == "" && fs.NArg() == 1 {
@@ -211,22 +230,25 @@ func serve(args []string, stdout, stderr io.Writer) int {
 
 const checkDoc = `Usage: sluice check-config FILE
 
-Validate FILE as sluice serve would read it, key files included. Prints
-"FILE: ok" and exits 0 when it is valid; otherwise prints every problem as
+Validate FILE as sluice serve would read it, key and secret files
+included. Prints "FILE: ok" and exits 0 when it is valid; otherwise prints
+every problem of the file in one pass, one a line, as
 FILE:LINE: FIELD: what is wrong and what would be valid, and exits 2.
+
+Flags:
 `
 
 func checkConfig(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check-config", checkDoc, stdout, stderr)
 	path := fs.String("config", "", "configuration file (or give it as the argument)")
-	if code := parse(fs, args); code >= 0 {
+	if code := fs.parse(args); code >= 0 {
 		return code
 	}
 	if *path == "" && fs.NArg() == 1 {
 		*path = fs.Arg(0)
 	}
 	if *path == "" || fs.NArg() > 1 {
-		fmt.Fprint(stderr, checkDoc)
+		fmt.Fprintln(stderr, "sluice check-config: want one FILE to check; run 'sluice check-config --help' for usage.")
 		return 2
 	}
 	cfg, err := config.Load(*path)
@@ -253,7 +275,7 @@ Flags:
 func demoUpstream(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo-upstream", demoUpstreamDoc, stdout, stderr)
 	listen := fs.String("listen", "127.0.0.1:3000", "address to serve on")
-	if code := parse(fs, args); code >= 0 {
+	if code := fs.parse(args); code >= 0 {
 		return code
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -300,7 +322,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	admin := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics)")
 	upstream := fs.String("upstream-listen", "127.0.0.1:3000", "demo upstream address")
 	lf := addLogFlags(fs)
-	if code := parse(fs, args); code >= 0 {
+	if code := fs.parse(args); code >= 0 {
 		return code
 	}
 	log, err := lf.logger(stderr)

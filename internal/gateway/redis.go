@@ -21,6 +21,8 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 	redis.SetLogger(redisLog{log})
 	client, err := redisstore.NewClient(redisstore.ClientOptions{
 		URL:            r.URL,
+		Username:       r.Username,
+		Password:       r.Password.Reveal(),
 		ClusterAddrs:   r.ClusterAddrs,
 		SentinelMaster: r.Sentinel.Master,
 		SentinelAddrs:  r.Sentinel.Addrs,

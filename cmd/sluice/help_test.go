@@ -1,0 +1,95 @@
+package main
+
+import (
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+// TestEveryHelp: every command's --help and -h, and `sluice help COMMAND`,
+// print its usage exactly once, on stdout, with nothing on stderr, and
+// exit 0; each usage starts with "Usage: sluice COMMAND" and lists its
+// flags under a "Flags:" heading.
+func TestEveryHelp(t *testing.T) {
+	commands := [][]string{
+		{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"},
+		{"advise"}, {"advise", "generate"}, {"simulate"}, {"version"},
+	}
+	for _, cmd := range commands {
+		name := strings.Join(cmd, " ")
+		for _, args := range [][]string{
+			append(append([]string{}, cmd...), "--help"),
+			append(append([]string{}, cmd...), "-h"),
+			append([]string{"help"}, cmd...),
+		} {
+			if args[0] == "help" && len(cmd) > 1 {
+				continue // `sluice help` takes one word
+			}
+			code, out, errOut := runBinary(t, args...)
+			if code != 0 || errOut != "" {
+				t.Errorf("sluice %s: exit %d, stderr %q; want 0 and nothing", strings.Join(args, " "), code, errOut)
+			}
+			if n := strings.Count(out, "Usage:"); n != 1 || !strings.HasPrefix(out, "Usage: sluice "+name) {
+				t.Errorf("sluice %s: %d usages; want one, starting with %q:\n%s", strings.Join(args, " "), n, "Usage: sluice "+name, out)
+			}
+			if strings.Contains(out, "usage:") {
+				t.Errorf("sluice %s: a lower-case usage:\n%s", strings.Join(args, " "), out)
+			}
+			if name != "version" && (strings.Count(out, "\nFlags:\n") != 1 || !strings.Contains(out[strings.Index(out, "\nFlags:\n"):], "\n  -")) {
+				t.Errorf("sluice %s: no \"Flags:\" heading followed by the flags:\n%s", strings.Join(args, " "), out)
+			}
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		code, out, errOut := runBinary(t, args...)
+		if code != 0 || errOut != "" || strings.Count(out, "Usage:") != 1 {
+			t.Errorf("sluice %s: exit %d, stderr %q, stdout %q", args[0], code, errOut, out)
+		}
+	}
+}
+
+// TestBadFlag: a flag that does not exist is named on stderr with where to
+// find the help, and exits 2 with nothing on stdout.
+func TestBadFlag(t *testing.T) {
+	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise", "generate"}, {"version"}} {
+		code, out, errOut := runBinary(t, append(cmd, "--no-such-flag")...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "-no-such-flag") || !strings.Contains(errOut, "--help") {
+			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", strings.Join(cmd, " "), code, out, errOut)
+		}
+	}
+}
+
+// TestVersion: `sluice version` and `sluice --version` print the module
+// version and a revision.
+func TestVersion(t *testing.T) {
+	re := regexp.MustCompile(`^sluice (\S+) revision (\S+)`)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		code, out, errOut := runBinary(t, args...)
+		if code != 0 || errOut != "" || !re.MatchString(out) || strings.Count(out, "\n") != 1 {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q", args[0], code, out, errOut)
+		}
+	}
+}
+
+func TestVersionLine(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: "v1.2.3"}}
+	info.Settings = []debug.BuildSetting{{Key: "vcs.revision", Value: "3d44cd015ef7330794d0487e7eccf41f2aba8ca6"}, {Key: "vcs.time", Value: "2026-12-03T15:36:31Z"}, {Key: "vcs.modified", Value: "true"}}
+	if got, want := versionLine(info, true), "sluice v1.2.3 revision 3d44cd015ef7330794d0487e7eccf41f2aba8ca6+dirty (2026-12-03T15:36:31Z) go1.26.0"; got != want {
+		t.Errorf("versionLine = %q\nwant          %q", got, want)
+	}
+	// What `go install …@latest` of an untagged commit records: no vcs.*
+	// settings, a pseudo-version that ends with the revision.
+	info = &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.0.0-20261203153631-3d44cd015ef7"}}
+	if got, want := versionLine(info, true), "sluice v0.0.0-20261203153631-3d44cd015ef7 revision 3d44cd015ef7 go1.26.0"; got != want {
+		t.Errorf("versionLine = %q\nwant          %q", got, want)
+	}
+	for v, want := range map[string]string{"v1.2.3": "unknown", "(devel)": "unknown", "v1.2.4-0.20261203153631-3d44cd015ef7+dirty": "3d44cd015ef7", "v1.0.0-rc.1": "unknown"} {
+		if got := pseudoRevision(v); got != want {
+			t.Errorf("pseudoRevision(%q) = %q, want %q", v, got, want)
+		}
+	}
+	if got := versionLine(nil, false); !strings.HasPrefix(got, "sluice ") {
+		t.Errorf("versionLine without build info = %q", got)
+	}
+}
