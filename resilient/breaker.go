@@ -35,8 +35,8 @@ func (s State) String() string {
 // out. Times are the Store's monotonic nanoseconds.
 type breaker struct {
 	state     atomic.Int32
-	failures  atomic.Int32 // consecutive, while closed
-	probeAt   atomic.Int64 // when open: the time the next probe may go
+	failures  atomic.Int32  // consecutive, while closed
+	probeAt   atomic.Int64  // when open: the time the next probe may go
 	reason    atomic.Uint32 // the Reason of the last failure
 	threshold int32
 	interval  int64

@@ -269,7 +269,6 @@ type Options struct {
 	OnDecision func(Decision)
 }
 
-
 // Store is a sluice.Store that adds a deadline, a bound on the calls in
 // flight, a failure policy, circuit breakers and a denial cache to another
 // one. It is safe for concurrent use.
