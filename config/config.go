@@ -66,7 +66,7 @@ type Config struct {
 type Store struct {
 	Type      string `yaml:"type"` // memory | redis; default memory
 	Redis     Redis  `yaml:"redis"`
-	OnError   string `yaml:"on_error"`  // open | closed | local; default open
+	OnError   string `yaml:"on_error"`  // local | open | closed; default local
 	Instances int    `yaml:"instances"` // expected gateways, for on_error: local; default 1
 	MaxKeys   int    `yaml:"max_keys"`  // cap of the in-memory store (and the local fallback); default 1000000
 }
@@ -208,7 +208,7 @@ func (c *Config) Defaults() {
 	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.AdminListen, "127.0.0.1:9090")
 	def(&c.Store.Type, "memory")
-	def(&c.Store.OnError, "open")
+	def(&c.Store.OnError, "local")
 	def(&c.Headers, "both")
 	def(&c.ForwardedHeader, "auto")
 	def(&c.Identity.APIKeyHeader, "X-API-Key")

@@ -48,7 +48,7 @@ func TestEmptyConfig(t *testing.T) {
 			t.Fatalf("%q: %v", data, err)
 		}
 		if c.Listen != "127.0.0.1:8080" || c.AdminListen != "127.0.0.1:9090" || c.Store.Type != "memory" ||
-			c.Store.OnError != "open" || c.Headers != "both" || c.IPv6Prefix != 64 || c.Identity.APIKeyHeader != "X-API-Key" {
+			c.Store.OnError != "local" || c.Headers != "both" || c.IPv6Prefix != 64 || c.Identity.APIKeyHeader != "X-API-Key" {
 			t.Fatalf("defaults: %+v", c)
 		}
 	}

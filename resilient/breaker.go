@@ -2,6 +2,7 @@ package resilient
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -34,11 +35,13 @@ func (s State) String() string {
 // out. Times are the Store's monotonic nanoseconds.
 type breaker struct {
 	state     atomic.Int32
-	failures  atomic.Int32 // consecutive, while closed
-	probeAt   atomic.Int64 // when open: the time the next probe may go
+	failures  atomic.Int32  // consecutive, while closed
+	probeAt   atomic.Int64  // when open: the time the next probe may go
+	reason    atomic.Uint32 // the Reason of the last failure
 	threshold int32
 	interval  int64
-	onChange  func(from, to State)
+	scope     string // the part of the store it guards; empty: all of it
+	onChange  func(b *breaker, from, to State)
 }
 
 // State returns the state now.
@@ -52,7 +55,7 @@ func (b *breaker) allow(now int64) (probe, ok bool) {
 		return false, true
 	case StateOpen:
 		if now >= b.probeAt.Load() && b.state.CompareAndSwap(int32(StateOpen), int32(StateHalfOpen)) {
-			b.onChange(StateOpen, StateHalfOpen)
+			b.onChange(b, StateOpen, StateHalfOpen)
 			return true, true
 		}
 	}
@@ -68,16 +71,19 @@ func (b *breaker) success(probe bool) {
 	}
 	if probe {
 		b.state.Store(int32(StateClosed))
-		b.onChange(StateHalfOpen, StateClosed)
+		b.onChange(b, StateHalfOpen, StateClosed)
 	}
 }
 
-// failure records a call that failed at now.
-func (b *breaker) failure(probe bool, now int64) {
+// failure records a call that failed at now for reason.
+func (b *breaker) failure(probe bool, now int64, reason Reason) {
+	if Reason(b.reason.Load()) != reason {
+		b.reason.Store(uint32(reason))
+	}
 	if probe {
 		b.probeAt.Store(now + b.interval)
 		b.state.Store(int32(StateOpen))
-		b.onChange(StateHalfOpen, StateOpen)
+		b.onChange(b, StateHalfOpen, StateOpen)
 		return
 	}
 	if b.failures.Add(1) < b.threshold {
@@ -86,7 +92,7 @@ func (b *breaker) failure(probe bool, now int64) {
 	b.probeAt.Store(now + b.interval)
 	if b.state.CompareAndSwap(int32(StateClosed), int32(StateOpen)) {
 		b.failures.Store(0)
-		b.onChange(StateClosed, StateOpen)
+		b.onChange(b, StateClosed, StateOpen)
 	}
 }
 
@@ -96,6 +102,55 @@ func (b *breaker) abandon(probe bool, now int64) {
 	if probe {
 		b.probeAt.Store(now)
 		b.state.Store(int32(StateOpen))
-		b.onChange(StateHalfOpen, StateOpen)
+		b.onChange(b, StateHalfOpen, StateOpen)
 	}
+}
+
+// breakerStates counts the breakers that are not closed, so that the
+// Store's state is the worst of them without a walk over every breaker.
+type breakerStates struct {
+	mu       sync.Mutex
+	open     int
+	halfOpen int
+}
+
+// change records one breaker's change and returns the worst state now.
+func (c *breakerStates) change(from, to State) State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range [...]struct {
+		s State
+		n int
+	}{{from, -1}, {to, 1}} {
+		switch d.s {
+		case StateOpen:
+			c.open += d.n
+		case StateHalfOpen:
+			c.halfOpen += d.n
+		}
+	}
+	return c.worstLocked()
+}
+
+func (c *breakerStates) worst() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.worstLocked()
+}
+
+func (c *breakerStates) worstLocked() State {
+	switch {
+	case c.open > 0:
+		return StateOpen
+	case c.halfOpen > 0:
+		return StateHalfOpen
+	}
+	return StateClosed
+}
+
+// notClosed returns the number of breakers open or half open.
+func (c *breakerStates) notClosed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open + c.halfOpen
 }

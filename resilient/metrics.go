@@ -1,7 +1,6 @@
 package resilient
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync/atomic"
@@ -15,10 +14,13 @@ import (
 // resolved once, so an observation is an atomic add.
 type metrics struct {
 	failureDecisions [len(modeNames)]prometheus.Counter
+	busyDecisions    prometheus.Counter
 	state            [len(stateNames)]prometheus.Gauge
+	breakersOpen     prometheus.Gauge
 	denialHits       prometheus.Counter
 	callDuration     prometheus.Observer
-	callErrors       [2]prometheus.Counter // timeout, error
+	queueWait        prometheus.Observer
+	callErrors       [ReasonBusy]prometheus.Counter // by Reason, of calls sent
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,24 +43,41 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	callErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_store_errors_total",
-		Help: "Calls to the rate limit store that failed, by reason (timeout: the deadline passed; error: any other failure).",
+		Help: "Calls to the rate limit store that were sent and failed, by reason (timeout, connection, oom, readonly, loading, unavailable, error). Each counts towards the circuit breaker.",
 	}, []string{"reason"})
+	busy := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_busy_decisions_total",
+		Help: "Checks and adjustments decided by the local bucket because every call slot to the rate limit store stayed taken for the queue wait (or the client's connection pool was exhausted): load, not a store failure; they never open the breaker.",
+	})
+	open := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_store_breakers_open",
+		Help: "Circuit breakers open or half open: one per part of the store (a Redis Cluster master), or one for the whole store.",
+	})
+	queueWait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_store_queue_wait_seconds",
+		Help:    "Time checks waited for a call slot when every slot was taken (those that found one free at once are not observed).",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+	})
 	if reg != nil {
 		decisions = register(reg, decisions)
 		state = register(reg, state)
 		hits = register(reg, hits)
 		duration = register(reg, duration)
 		callErrors = register(reg, callErrors)
+		busy = register(reg, busy)
+		open = register(reg, open)
+		queueWait = register(reg, queueWait)
 	}
-	m := &metrics{denialHits: hits, callDuration: duration}
+	m := &metrics{denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait}
 	for i, name := range modeNames {
 		m.failureDecisions[i] = decisions.WithLabelValues(name)
 	}
 	for i, name := range stateNames {
 		m.state[i] = state.WithLabelValues(name)
 	}
-	m.callErrors[0] = callErrors.WithLabelValues("timeout")
-	m.callErrors[1] = callErrors.WithLabelValues("error")
+	for r := ReasonOther; r < ReasonBusy; r++ {
+		m.callErrors[r] = callErrors.WithLabelValues(r.String())
+	}
 	return m
 }
 
@@ -77,20 +96,11 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	return c
 }
 
-func (m *metrics) observeCall(ns int64, err error) {
+func (m *metrics) observeCall(ns int64, r Reason) {
 	m.callDuration.Observe(float64(ns) / 1e9)
-	switch {
-	case err == nil:
-	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		m.callErrors[0].Inc()
-	default:
-		m.callErrors[1].Inc()
+	if r != reasonNone && r < ReasonBusy {
+		m.callErrors[r].Inc()
 	}
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 func (m *metrics) setState(s State) {
@@ -103,24 +113,27 @@ func (m *metrics) setState(s State) {
 	}
 }
 
-// limitedLog writes at most one line per interval about failure-policy
-// decisions, with the number made since the previous line: an outage at
-// 10,000 checks a second is one line every ten seconds, not 100,000.
+// limitedLog writes at most one line per interval about decisions made
+// without the store, with the number made since the previous line: an
+// outage at 10,000 checks a second is one line every ten seconds, not
+// 100,000.
 type limitedLog struct {
 	logger   *slog.Logger
 	interval int64
+	msg      string
 	next     atomic.Int64 // the earliest time of the next line
 	count    atomic.Int64 // decisions since the last line
 }
 
-func (l *limitedLog) failure(now int64, mode Mode, cause error) {
+func (l *limitedLog) note(now int64, decidedBy string, cause error, reason Reason) {
 	l.count.Add(1)
 	next := l.next.Load()
 	if now < next || !l.next.CompareAndSwap(next, now+l.interval) {
 		return
 	}
-	l.logger.Warn("resilient: rate limit store unavailable, the failure policy decides",
-		"on_error", mode.String(),
+	l.logger.Warn(l.msg,
+		"decided_by", decidedBy,
+		"reason", reason.String(),
 		"decisions", l.count.Swap(0),
 		"log_interval", time.Duration(l.interval),
 		"error", cause)

@@ -309,7 +309,7 @@ func TestOpenBreakerCallsNothing(t *testing.T) {
 	const probe = 2 * time.Second
 	srv := redistest.Start(t)
 	primary := &counting{Store: redisstore.New(redisClient(t, srv), redisstore.Options{})}
-	s := newStore(t, primary, resilient.Options{Timeout: deadline, ProbeInterval: probe, FailureThreshold: 5})
+	s := newStore(t, primary, resilient.Options{OnError: resilient.Open, Timeout: deadline, ProbeInterval: probe, FailureThreshold: 5})
 	req := func(i int) sluice.Request {
 		return sluice.Request{Key: fmt.Sprintf("user-%d", i%50), Cost: 1, Rules: []sluice.Rule{{Rate: 1000, Burst: 1000}}}
 	}
@@ -472,7 +472,7 @@ func TestSlowRedisIsAFailedRedis(t *testing.T) {
 	if all.maxLatency > l.bound() {
 		t.Errorf("a check waited %v on a sleeping Redis, more than the deadline %v + %v + the machine's stall %v", all.maxLatency, deadline, margin, time.Duration(l.stall.Load()))
 	}
-	if dn.bySource[resilient.FromOpen] == 0 || dn.errs+dn.unavailable > 0 {
+	if dn.bySource[resilient.FromLocal] == 0 || dn.errs+dn.unavailable > 0 {
 		t.Errorf("a sleeping Redis was not treated as failed: %v, %d errors", dn.bySource, dn.errs+dn.unavailable)
 	}
 	rec := l.recovered.Load()

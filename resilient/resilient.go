@@ -7,12 +7,23 @@
 //     The store must honour the context: a go-redis client needs
 //     ContextTimeoutEnabled, or a ReadTimeout no longer than the deadline.
 //
+//   - A bound on the calls in flight. At most Options.MaxInFlight calls
+//     are on their way to the store at once (fewer than the Redis client's
+//     connections, so no call waits for a pooled connection under its
+//     deadline). A check that finds them all busy waits for a slot, at most
+//     QueueWait, and the deadline starts only when it has one: waiting in
+//     front of the store is load, not a failure of the store. A check that
+//     waited QueueWait is decided by the local bucket (as Local below) and
+//     counted as busy; it never counts towards the breaker, whatever the
+//     failure policy. A store error that Options.Classify calls ReasonBusy
+//     (a go-redis pool timeout) is treated the same way.
+//
 //   - A failure policy. When the store fails (or is not called because the
-//     breaker is open) the check is decided by OnError: Open lets it through
-//     (the default), Closed returns an error wrapping ErrUnavailable (HTTP:
-//     503), Local decides it with an in-process bucket whose rate and burst
-//     are the rule's divided by Options.Instances, so that N instances on
-//     their own admit about what the shared store would. WithOnError
+//     breaker is open) the check is decided by OnError: Local (the default)
+//     decides it with an in-process bucket whose rate and burst are the
+//     rule's divided by Options.Instances, so that N instances on their own
+//     admit about what the shared store would; Open lets it through; Closed
+//     returns an error wrapping ErrUnavailable (HTTP: 503). WithOnError
 //     overrides the policy for one request, for per-policy settings.
 //
 //   - A circuit breaker. After FailureThreshold consecutive failures (5)
@@ -22,6 +33,11 @@
 //     interval. A dead store thus costs at most one deadline per interval.
 //     Consecutive failures, not a ratio, because the stores this wraps fail
 //     all at once (a dead or stalled Redis), and a count needs no window.
+//     Only evidence that the store fails counts: an error of a call that
+//     was sent (a timeout, a broken connection, an out-of-memory or
+//     read-only answer). Options.Scope, when set, gives every part of the
+//     store (a Cluster master) a breaker of its own, so that one failing
+//     master does not stop the calls to the others.
 //
 //   - A denial cache. A key that the store denied is remembered, for its
 //     rule set, until its RetryAfter has passed; until then checks of at
@@ -53,6 +69,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +87,11 @@ var (
 	// ErrCircuitOpen is the cause reported when the store was not called
 	// because the circuit breaker is open.
 	ErrCircuitOpen = errors.New("resilient: circuit breaker open")
+
+	// ErrBusy is the cause reported when a check waited Options.QueueWait
+	// for a call slot and was decided by the local bucket instead: load,
+	// not a failure of the store.
+	ErrBusy = errors.New("resilient: rate limit store busy: every call slot stayed taken for the whole queue wait")
 )
 
 // errClosedCircuit is returned by Closed checks while the breaker is open:
@@ -80,13 +102,13 @@ var errClosedCircuit = fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
 type Mode uint8
 
 const (
+	// Local decides it with an in-process bucket at the rule's rate and
+	// burst divided by Options.Instances: the default.
+	Local Mode = iota
 	// Open lets the request through, and counts and logs it.
-	Open Mode = iota
+	Open
 	// Closed refuses it with an error wrapping ErrUnavailable.
 	Closed
-	// Local decides it with an in-process bucket at the rule's rate and
-	// burst divided by Options.Instances.
-	Local
 )
 
 var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
@@ -99,18 +121,18 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", m)
 }
 
-// ParseMode reads a failure policy as configuration writes it: "open",
-// "closed" or "local"; the empty string is Open.
+// ParseMode reads a failure policy as configuration writes it: "local",
+// "open" or "closed"; the empty string is Local.
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "open":
+	case "", "local":
+		return Local, nil
+	case "open":
 		return Open, nil
 	case "closed":
 		return Closed, nil
-	case "local":
-		return Local, nil
 	}
-	return Open, fmt.Errorf("%w: on_error %q: want open, closed or local", sluice.ErrInvalid, s)
+	return Local, fmt.Errorf("%w: on_error %q: want open, closed or local", sluice.ErrInvalid, s)
 }
 
 type modeKey struct{}
@@ -133,7 +155,8 @@ const (
 	FromOpen
 	// FromClosed: the store failed and the Closed policy refused it.
 	FromClosed
-	// FromLocal: the store failed and the in-process bucket decided.
+	// FromLocal: the store failed, or was busy, and the in-process bucket
+	// decided.
 	FromLocal
 )
 
@@ -155,22 +178,48 @@ type Decision struct {
 	Source  Source
 	Key     string
 	Allowed bool
-	// Err is why a failure policy decided: the store's error, or
-	// ErrCircuitOpen. Nil when the store or the denial cache answered.
+	// Err is why a failure policy decided: the store's error,
+	// ErrCircuitOpen, or ErrBusy. Nil when the store or the denial cache
+	// answered.
 	Err error
+	// Reason is what Err says about the store (ReasonBusy for ErrBusy).
+	Reason Reason
 }
 
 // ByFailurePolicy reports whether the store did not take part in the
 // decision because it failed or the breaker was open.
 func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
 
-// Options configures a Store. The zero value is ready to use: fail open,
-// 50ms deadline, breaker after 5 failures probing every second, a denial
-// cache of 65,536 keys, no metrics, logs to slog.Default().
+// Options configures a Store. The zero value is ready to use: decide
+// locally when the store fails, 50ms deadline, 32 calls in flight with a
+// queue wait of one second, breaker after 5 failures probing every second,
+// a denial cache of 65,536 keys, no metrics, logs to slog.Default().
 type Options struct {
 	// OnError is the failure policy when the context names none
-	// (WithOnError). The zero value is Open.
+	// (WithOnError). The zero value is Local.
 	OnError Mode
+
+	// MaxInFlight bounds the calls to the wrapped store at once. Keep it
+	// below the connections the store's client may open (a go-redis
+	// PoolSize), so that a call never waits for a connection under its
+	// deadline. Zero means 32.
+	MaxInFlight int
+
+	// QueueWait bounds how long a check waits for a call slot when
+	// MaxInFlight calls are in flight; then the local bucket decides it.
+	// Zero means one second.
+	QueueWait time.Duration
+
+	// Classify says what a store error means, for the breaker, the metrics
+	// and the logs. Nil reads timeouts and network errors only (see
+	// DefaultClassify).
+	Classify func(error) Reason
+
+	// Scope, when set, names the part of the store that holds key (say the
+	// address of the Cluster master of its slot). Each part gets its own
+	// breaker. The names must come from a small set: a breaker is kept per
+	// name for the life of the Store. Nil: one breaker for the store.
+	Scope func(key string) string
 
 	// Instances is the expected number of processes sharing the store;
 	// the Local policy divides rates and bursts by it. Zero means 1.
@@ -198,8 +247,11 @@ type Options struct {
 
 	// Registerer, when set, receives the metrics:
 	// sluice_store_failure_decisions_total{on_error},
-	// sluice_store_breaker_state{state}, sluice_store_denial_cache_hits_total,
-	// sluice_store_call_duration_seconds and sluice_store_errors_total{reason}.
+	// sluice_store_busy_decisions_total,
+	// sluice_store_breaker_state{state} (the worst of the breakers),
+	// sluice_store_breakers_open, sluice_store_denial_cache_hits_total,
+	// sluice_store_call_duration_seconds, sluice_store_queue_wait_seconds
+	// and sluice_store_errors_total{reason}.
 	// A second Store on the same registry (a configuration reload) shares
 	// the series of the first.
 	Registerer prometheus.Registerer
@@ -217,20 +269,29 @@ type Options struct {
 	OnDecision func(Decision)
 }
 
-// Store is a sluice.Store that adds a deadline, a failure policy, a
-// circuit breaker and a denial cache to another one. It is safe for
-// concurrent use.
+// Store is a sluice.Store that adds a deadline, a bound on the calls in
+// flight, a failure policy, circuit breakers and a denial cache to another
+// one. It is safe for concurrent use.
 type Store struct {
 	primary    sluice.Store
 	mode       Mode
 	instances  int64
 	timeout    time.Duration
+	queueWait  time.Duration
+	slots      chan struct{} // one token per call in flight
+	classify   func(error) Reason
+	scope      func(string) string
 	start      time.Time // the origin of the monotonic clock
-	breaker    breaker
+	breaker    breaker   // the one breaker, without Scope
+	scoped     sync.Map  // scope name → *breaker, with Scope
+	states     breakerStates
+	threshold  int32
+	probeEvery int64
 	denials    *denialCache // nil when disabled
 	local      *memstore.Store
 	metrics    *metrics
-	log        limitedLog
+	log        limitedLog // failure-policy decisions
+	busyLog    limitedLog // busy decisions
 	onDecision func(Decision)
 }
 
@@ -244,12 +305,26 @@ func New(primary sluice.Store, opts Options) *Store {
 		mode:       opts.OnError,
 		instances:  int64(max(opts.Instances, 1)),
 		timeout:    opts.Timeout,
+		queueWait:  opts.QueueWait,
+		classify:   opts.Classify,
+		scope:      opts.Scope,
 		start:      time.Now(),
 		onDecision: opts.OnDecision,
 	}
 	if s.timeout <= 0 {
 		s.timeout = 50 * time.Millisecond
 	}
+	if s.queueWait <= 0 {
+		s.queueWait = time.Second
+	}
+	if s.classify == nil {
+		s.classify = DefaultClassify
+	}
+	inFlight := opts.MaxInFlight
+	if inFlight <= 0 {
+		inFlight = 32
+	}
+	s.slots = make(chan struct{}, inFlight)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -258,7 +333,10 @@ func New(primary sluice.Store, opts Options) *Store {
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
-	s.log = limitedLog{logger: logger, interval: int64(interval)}
+	s.log = limitedLog{logger: logger, interval: int64(interval),
+		msg: "resilient: rate limit store unavailable, the failure policy decides"}
+	s.busyLog = limitedLog{logger: logger, interval: int64(interval),
+		msg: "resilient: rate limit store busy: every call slot stayed taken for the queue wait, the local bucket decides"}
 	s.metrics = newMetrics(opts.Registerer)
 
 	threshold := opts.FailureThreshold
@@ -269,7 +347,8 @@ func New(primary sluice.Store, opts Options) *Store {
 	if probe <= 0 {
 		probe = time.Second
 	}
-	s.breaker = breaker{threshold: int32(threshold), interval: int64(probe), onChange: s.stateChanged}
+	s.threshold, s.probeEvery = int32(threshold), int64(probe)
+	s.breaker = s.newBreaker("")
 	s.metrics.setState(StateClosed)
 
 	switch size := opts.DenialCacheSize; {
@@ -286,17 +365,37 @@ func New(primary sluice.Store, opts Options) *Store {
 	return s
 }
 
+func (s *Store) newBreaker(scope string) breaker {
+	return breaker{threshold: s.threshold, interval: s.probeEvery, scope: scope, onChange: s.stateChanged}
+}
+
+// breakerFor returns the breaker of the part of the store that holds key.
+func (s *Store) breakerFor(key string) *breaker {
+	if s.scope == nil {
+		return &s.breaker
+	}
+	name := s.scope(key)
+	if b, ok := s.scoped.Load(name); ok {
+		return b.(*breaker)
+	}
+	b := s.newBreaker(name)
+	actual, _ := s.scoped.LoadOrStore(name, &b)
+	return actual.(*breaker)
+}
+
 // Close stops the background work of the local store. The Store still
 // answers afterwards. It does not close the wrapped store.
 func (s *Store) Close() error { return s.local.Close() }
 
-// State returns the breaker's state now.
-func (s *Store) State() State { return s.breaker.State() }
+// State returns the breakers' state now: the worst of them (open before
+// half open before closed).
+func (s *Store) State() State { return s.states.worst() }
 
 // Check decides req: from the denial cache when it remembers a denial,
 // else by the wrapped store within the deadline, else by the failure
-// policy. The error wraps sluice.ErrInvalid or sluice.ErrCostExceedsBurst
-// for bad input, or ErrUnavailable under the Closed policy.
+// policy (or the local bucket when the store was busy). The error wraps
+// sluice.ErrInvalid or sluice.ErrCostExceedsBurst for bad input, or
+// ErrUnavailable under the Closed policy.
 func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
 	res, _, err := s.CheckDecision(ctx, req)
 	return res, err
@@ -318,34 +417,51 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 			return res, s.decided(Decision{Source: FromDenialCache, Key: req.Key}), nil
 		}
 	}
-	probe, ok := s.breaker.allow(now)
-	if !ok {
+	forget := func() {
 		if remembered {
 			s.denials.forget(req.Key, req.Rules) // the policy decides, not a lease
 		}
-		return s.fallback(ctx, req, ErrCircuitOpen)
 	}
+	b := s.breakerFor(req.Key)
+	probe, ok := b.allow(now)
+	if !ok {
+		forget()
+		return s.fallback(ctx, req, ErrCircuitOpen, ReasonCircuitOpen)
+	}
+	if err := s.acquire(ctx, now); err != nil {
+		b.abandon(probe, s.clock())
+		forget()
+		if err == ErrBusy {
+			return s.busy(ctx, req, err)
+		}
+		return sluice.Result{}, Decision{Key: req.Key}, err // the caller gave up
+	}
+	sent := s.clock()
 	cctx, cancel := s.withDeadline(ctx)
 	res, err := s.primary.Check(cctx, req)
 	cancel()
+	<-s.slots
 	end := s.clock()
 	if err != nil && !invalid(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			// The caller gave up (a client that disconnected): not the
 			// store's fault, and nothing to decide. A caller's deadline
 			// that passed first is a store that did not answer in time.
-			s.breaker.abandon(probe, end)
+			b.abandon(probe, end)
 			return sluice.Result{}, Decision{Key: req.Key}, err
 		}
-		s.metrics.observeCall(end-now, err)
-		s.breaker.failure(probe, end)
-		if remembered {
-			s.denials.forget(req.Key, req.Rules)
+		forget()
+		reason := s.classify(err)
+		if reason == ReasonBusy {
+			b.abandon(probe, end)
+			return s.busy(ctx, req, err)
 		}
-		return s.fallback(ctx, req, err)
+		s.metrics.observeCall(end-sent, reason)
+		b.failure(probe, end, reason)
+		return s.fallback(ctx, req, err, reason)
 	}
-	s.metrics.observeCall(end-now, nil)
-	s.breaker.success(probe)
+	s.metrics.observeCall(end-sent, reasonNone)
+	b.success(probe)
 	if err != nil {
 		return res, Decision{Key: req.Key}, err
 	}
@@ -354,7 +470,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		case !res.Allowed:
 			// From when the call was sent: the store decided after that,
 			// so the real retry time is never earlier than this one.
-			s.denials.remember(req, res, now)
+			s.denials.remember(req, res, sent)
 		case remembered:
 			s.denials.allowed(req, res, end)
 		}
@@ -362,10 +478,36 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	return res, s.decided(Decision{Source: FromStore, Key: req.Key, Allowed: res.Allowed}), nil
 }
 
+// acquire takes a call slot, waiting at most the queue wait (and not past
+// ctx's deadline) when every slot is taken. It returns ErrBusy when the
+// wait ran out, ctx's error when the caller gave up.
+func (s *Store) acquire(ctx context.Context, now int64) error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(s.queueWait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		s.metrics.queueWait.Observe(float64(s.clock()-now) / 1e9)
+		return nil
+	case <-t.C:
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return ctx.Err()
+		}
+	}
+	s.metrics.queueWait.Observe(float64(s.clock()-now) / 1e9)
+	return ErrBusy
+}
+
 // Adjust charges (delta > 0) or refunds (delta < 0) key's buckets in the
-// wrapped store, within the deadline. When the store fails: Open drops the
-// adjustment and reports success, Local applies it to the local bucket,
-// Closed returns an error wrapping ErrUnavailable. A refund forgets any
+// wrapped store, within the deadline. When the store fails: Local applies
+// it to the local bucket, Open drops the adjustment and reports success,
+// Closed returns an error wrapping ErrUnavailable. When the store is busy
+// the local bucket takes it, whatever the policy. A refund forgets any
 // remembered denial of key for rules.
 func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
@@ -374,63 +516,99 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 	if delta < 0 && s.denials != nil {
 		s.denials.forget(key, rules)
 	}
+	b := s.breakerFor(key)
 	now := s.clock()
-	probe, ok := s.breaker.allow(now)
-	cause := ErrCircuitOpen
+	probe, ok := b.allow(now)
+	cause, reason := ErrCircuitOpen, ReasonCircuitOpen
 	if ok {
+		if err := s.acquire(ctx, now); err != nil {
+			b.abandon(probe, s.clock())
+			if err != ErrBusy {
+				return sluice.Result{}, err
+			}
+			s.metrics.busyDecisions.Inc()
+			s.busyLog.note(s.clock(), "local", err, ReasonBusy)
+			return s.adjustLocally(ctx, key, delta, rules)
+		}
+		sent := s.clock()
 		cctx, cancel := s.withDeadline(ctx)
 		res, err := s.primary.Adjust(cctx, key, delta, rules)
 		cancel()
+		<-s.slots
 		end := s.clock()
 		if err == nil || invalid(err) {
-			s.metrics.observeCall(end-now, nil)
-			s.breaker.success(probe)
+			s.metrics.observeCall(end-sent, reasonNone)
+			b.success(probe)
 			return res, err
 		}
 		if errors.Is(ctx.Err(), context.Canceled) {
-			s.breaker.abandon(probe, end)
+			b.abandon(probe, end)
 			return sluice.Result{}, err
 		}
-		s.metrics.observeCall(end-now, err)
-		s.breaker.failure(probe, end)
+		if reason = s.classify(err); reason == ReasonBusy {
+			b.abandon(probe, end)
+			s.metrics.busyDecisions.Inc()
+			s.busyLog.note(end, "local", err, reason)
+			return s.adjustLocally(ctx, key, delta, rules)
+		}
+		s.metrics.observeCall(end-sent, reason)
+		b.failure(probe, end, reason)
 		cause = err
 	}
 	mode := s.modeFor(ctx)
 	s.metrics.failureDecisions[mode].Inc()
-	s.log.failure(s.clock(), mode, cause)
+	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
 	case Closed:
 		return sluice.Result{}, unavailable(cause)
 	case Local:
-		var buf [sluice.MaxRules]sluice.Rule
-		res, err := s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
-		res.DecidedBy = sluice.ByLocal
-		return res, err
+		return s.adjustLocally(ctx, key, delta, rules)
 	}
 	return fullResult(rules, 0), nil
 }
 
+func (s *Store) adjustLocally(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+	var buf [sluice.MaxRules]sluice.Rule
+	res, err := s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+	res.DecidedBy = sluice.ByLocal
+	return res, err
+}
+
 // fallback decides req by the failure policy after the store failed with
 // cause (or was not called: ErrCircuitOpen).
-func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Decision, error) {
+func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
 	mode := s.modeFor(ctx)
 	s.metrics.failureDecisions[mode].Inc()
-	s.log.failure(s.clock(), mode, cause)
+	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
 	case Closed:
-		return sluice.Result{}, s.decided(Decision{Source: FromClosed, Key: req.Key, Err: cause}), unavailable(cause)
+		return sluice.Result{}, s.decided(Decision{Source: FromClosed, Key: req.Key, Err: cause, Reason: reason}), unavailable(cause)
 	case Local:
-		var buf [sluice.MaxRules]sluice.Rule
-		local := req
-		local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
-		res, err := s.local.Check(ctx, local)
-		if err != nil {
-			return sluice.Result{}, Decision{Key: req.Key}, err
-		}
-		res.DecidedBy = sluice.ByLocal
-		return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause}), nil
+		return s.decideLocally(ctx, req, cause, reason)
 	}
-	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause}), nil
+	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause, Reason: reason}), nil
+}
+
+// busy decides req by the local bucket: the store was not failing, only
+// busy, so no failure policy applies and nothing is waved through.
+func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Decision, error) {
+	s.metrics.busyDecisions.Inc()
+	s.busyLog.note(s.clock(), "local", cause, ReasonBusy)
+	return s.decideLocally(ctx, req, cause, ReasonBusy)
+}
+
+// decideLocally decides req with the in-process bucket at the rules'
+// rate and burst divided by the number of instances.
+func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
+	var buf [sluice.MaxRules]sluice.Rule
+	local := req
+	local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
+	res, err := s.local.Check(ctx, local)
+	if err != nil {
+		return sluice.Result{}, Decision{Key: req.Key}, err
+	}
+	res.DecidedBy = sluice.ByLocal
+	return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil
 }
 
 // withDeadline returns ctx bounded by the store deadline: ctx itself when
@@ -470,14 +648,20 @@ func (s *Store) localRules(buf, rules []sluice.Rule, cost int64) []sluice.Rule {
 // clock returns monotonic nanoseconds since New.
 func (s *Store) clock() int64 { return int64(time.Since(s.start)) }
 
-func (s *Store) stateChanged(from, to State) {
-	s.metrics.setState(to)
+func (s *Store) stateChanged(b *breaker, from, to State) {
+	s.metrics.setState(s.states.change(from, to))
+	s.metrics.breakersOpen.Set(float64(s.states.notClosed()))
+	scope := []any{}
+	if b.scope != "" {
+		scope = []any{"scope", b.scope}
+	}
 	switch {
 	case to == StateOpen && from == StateClosed:
 		s.log.logger.Warn("resilient: circuit breaker open: the rate limit store is not called until a probe succeeds",
-			"failures", s.breaker.threshold, "probe_interval", time.Duration(s.breaker.interval))
+			append(scope, "failures", b.threshold, "reason", Reason(b.reason.Load()).String(),
+				"probe_interval", time.Duration(b.interval))...)
 	case to == StateClosed:
-		s.log.logger.Info("resilient: circuit breaker closed: the rate limit store answers again")
+		s.log.logger.Info("resilient: circuit breaker closed: the rate limit store answers again", scope...)
 	}
 }
 

@@ -80,7 +80,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestParseMode(t *testing.T) {
-	for in, want := range map[string]resilient.Mode{"": resilient.Open, "open": resilient.Open, "Closed": resilient.Closed, " local ": resilient.Local} {
+	for in, want := range map[string]resilient.Mode{"": resilient.Local, "open": resilient.Open, "Closed": resilient.Closed, " local ": resilient.Local} {
 		if got, err := resilient.ParseMode(in); err != nil || got != want {
 			t.Errorf("ParseMode(%q) = %v, %v; want %v", in, got, err, want)
 		}
@@ -120,7 +120,7 @@ func TestFailurePolicies(t *testing.T) {
 	req := sluice.Request{Key: "k", Cost: 3, Rules: rules}
 
 	t.Run("open", func(t *testing.T) {
-		s := newStore(t, deadRedis(t), resilient.Options{})
+		s := newStore(t, deadRedis(t), resilient.Options{OnError: resilient.Open})
 		res, d, err := s.CheckDecision(ctx, req)
 		if err != nil || !res.Allowed || d.Source != resilient.FromOpen || !d.ByFailurePolicy() || d.Err == nil {
 			t.Fatalf("%+v %+v %v", res, d, err)
@@ -342,6 +342,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var decisions [5]atomic.Int64
 	opts := resilient.Options{
+		OnError:          resilient.Open,
 		Registerer:       reg,
 		FailureThreshold: 2,
 		OnDecision:       func(d resilient.Decision) { decisions[d.Source].Add(1) },

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +51,7 @@ type Gateway struct {
 	store      sluice.Store // what the policies check
 	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
 	resilient  bool         // store is a resilient layer in front of Redis
+	eviction   string       // a warning about Redis's eviction policy, for /readyz
 	closeStore func() error
 
 	state atomic.Pointer[state]
@@ -113,7 +116,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: store.on_error: %w", cfg.File, err)
 	}
-	client, raw, err := newRedisStore(cfg.Store.Redis, g.log)
+	client, raw, eviction, err := newRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
@@ -128,15 +131,25 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
-	rs := resilient.New(all, resilient.Options{
+	// Its bound on calls in flight keeps a burst of requests from waiting
+	// for a pooled connection under the deadline: that wait is load, and
+	// the local bucket decides what waits too long. Its breakers open only
+	// on errors of calls Redis received (one per master on a Cluster).
+	opts := resilient.Options{
 		OnError:      mode,
 		Instances:    cfg.Store.Instances,
 		Timeout:      cfg.Store.Redis.Timeout,
+		MaxInFlight:  redisInFlight,
+		Classify:     classifyRedis,
 		LocalMaxKeys: cfg.Store.MaxKeys,
 		Registerer:   g.reg,
 		Logger:       g.log,
-	})
-	g.store, g.probe, g.resilient = rs, raw, true
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		opts.Scope = clusterScope(cc, raw)
+	}
+	rs := resilient.New(all, opts)
+	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
 	g.closeStore = func() error {
 		_ = rs.Close()
 		_ = all.Close()
@@ -275,26 +288,35 @@ func (g *Gateway) Admin() http.Handler {
 	return mux
 }
 
-// serveReady is ready when the store answers, or when it does not but the
-// failure policy lets requests through (on_error open or local).
+// serveReady is ready when the store answers a write, or when it does not
+// but the failure policy lets requests through (on_error local or open);
+// either way the body says what is wrong. The probe takes a token from a
+// key of its own, so a Redis that refuses writes (out of memory, a
+// read-only replica) is reported, not only one that is down; the key's
+// bucket is full again at once, so it expires within a second.
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
 	defer cancel()
-	_, err := g.probe.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 0, Rules: readyRule})
+	_, err := g.probe.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 1, Rules: readyRule})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	note := ""
+	if g.eviction != "" {
+		note = "; warning: " + g.eviction
+	}
 	switch {
 	case err == nil:
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintf(w, "ready%s\n", note)
 	case st.cfg.Store.OnError != "closed":
-		fmt.Fprintf(w, "ready: store failing (%v), serving with on_error: %s\n", err, st.cfg.Store.OnError)
+		fmt.Fprintf(w, "ready: store failing (%s: %v), serving with on_error: %s%s\n", classifyRedis(err), err, st.cfg.Store.OnError, note)
 	default:
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not ready: store failing (%v) and on_error is closed\n", err)
+		fmt.Fprintf(w, "not ready: store failing (%s: %v) and on_error is closed%s\n", classifyRedis(err), err, note)
 	}
 }
 
-var readyRule = []sluice.Rule{{Rate: 1, Burst: 1}}
+// readyRule refills the probe's token within a microsecond.
+var readyRule = []sluice.Rule{{Rate: 1e6, Burst: 1}}
 
 // Config returns the running configuration.
 func (g *Gateway) Config() *config.Config { return g.state.Load().cfg }

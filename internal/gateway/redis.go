@@ -5,19 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/resilient"
+)
+
+// redisInFlight bounds the calls to Redis one gateway has in flight (the
+// resilient layer's MaxInFlight). The client's pool holds a few more
+// connections (the /readyz probe, the start-up checks), so a call never
+// waits for a pooled connection under its deadline: a burst of requests
+// waits in front of the calls, where the wait is load, not a failure.
+const (
+	redisInFlight = 32
+	redisPoolSize = redisInFlight + 8
 )
 
 // newRedisStore connects the store of a `store.type: redis` section. A
 // wrong password or an untrusted certificate is an error: no retry will
 // cure it. A Redis that does not answer at start is logged, not fatal: the
-// failure policy (on_error) decides requests until it answers.
-func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, error) {
+// failure policy (on_error) decides requests until it answers. The
+// eviction policy of every master is read and reported (see
+// checkEviction).
+func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, string, error) {
 	redis.SetLogger(redisLog{log})
 	client, err := redisstore.NewClient(redisstore.ClientOptions{
 		URL:            r.URL,
@@ -30,28 +45,106 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 		CertFile:       r.TLS.CertFile,
 		KeyFile:        r.TLS.KeyFile,
 		Timeout:        r.Timeout,
+		PoolSize:       redisPoolSize,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	eviction := ""
 	if err := redisstore.Ping(ctx, client); err != nil {
 		if errors.Is(err, redisstore.ErrCredentials) || errors.Is(err, redisstore.ErrCertificate) {
 			_ = client.Close()
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 		log.Warn("sluice: Redis does not answer at start; on_error decides until it does", "err", err)
-	} else if cc, ok := client.(*redis.ClusterClient); ok {
-		// Load the slot map and open a connection to every master now,
-		// not under the first requests' deadlines.
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	} else {
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			// Load the slot map and open a connection to every master now,
+			// not under the first requests' deadlines.
+			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+		}
+		eviction = checkEviction(ctx, client, log)
 	}
 	var opts redisstore.Options
 	if r.Coalesce {
 		opts.Coalesce = &redisstore.Coalesce{}
 	}
-	return client, redisstore.New(client, opts), nil
+	return client, redisstore.New(client, opts), eviction, nil
+}
+
+// checkEviction reads maxmemory-policy from every master and warns when
+// Redis may evict sluice's keys: every bucket carries an expiry, so the
+// volatile-* policies evict them as the allkeys-* ones do, and a client
+// whose bucket is evicted finds a full one. Only noeviction is safe: a
+// full Redis then refuses writes (OOM), a store failure that on_error
+// decides. A server that refuses CONFIG (managed services often do) is
+// logged as unchecked. It returns a warning for /readyz, or "".
+func checkEviction(ctx context.Context, client redis.UniversalClient, log *slog.Logger) string {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) string {
+		vals, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		policy, ok := vals["maxmemory-policy"]
+		if err != nil || !ok {
+			log.Info("sluice: could not read Redis maxmemory-policy; make sure it is noeviction (see docs/production.md)",
+				"redis", addr, "err", err)
+			return ""
+		}
+		switch {
+		case policy == "noeviction":
+			return ""
+		case strings.HasPrefix(policy, "allkeys-"), strings.HasPrefix(policy, "volatile-"):
+			msg := fmt.Sprintf("Redis %s has maxmemory-policy %s: when it is full it evicts rate limit buckets, and a client whose bucket is evicted gets a full one; use noeviction (see docs/production.md)", addr, policy)
+			log.Warn("sluice: "+msg, "redis", addr, "maxmemory_policy", policy)
+			return msg
+		}
+		return ""
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		var warn string
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if w := check(ctx, c, c.Options().Addr); w != "" {
+				mu.Lock()
+				warn = w
+				mu.Unlock()
+			}
+			return nil
+		})
+		return warn
+	}
+	addr := "server"
+	if c, ok := client.(*redis.Client); ok {
+		addr = c.Options().Addr
+	}
+	return check(ctx, client, addr)
+}
+
+// classifyRedis is resilient.DefaultClassify that also knows go-redis's
+// client-side queue: a pool that had no connection to give (a timeout or
+// exhaustion) means the call never reached Redis.
+func classifyRedis(err error) resilient.Reason {
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) {
+		return resilient.ReasonBusy
+	}
+	return resilient.DefaultClassify(err)
+}
+
+// clusterScope names the Cluster master that holds a caller key's buckets
+// (by the slot of its Redis key), so that each master has a breaker of its
+// own. It reads the client's cached slot map only (its context is
+// canceled, so a missing map is never loaded here, under no deadline); a
+// key whose master is not known yet is put in the scope "unknown".
+func clusterScope(cc *redis.ClusterClient, store *redisstore.Store) func(string) string {
+	cached, cancel := context.WithCancel(context.Background())
+	cancel()
+	return func(key string) string {
+		c, err := cc.MasterForKey(cached, store.Key(key))
+		if err != nil {
+			return "unknown"
+		}
+		return c.Options().Addr
+	}
 }
 
 // redisLog sends go-redis's own messages (a pool that cannot dial, …) to
