@@ -268,7 +268,7 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 			reply, err = calls[i].script.Eval(ctx, b.cluster, calls[i].keys, calls[i].nums).Text()
 		}
 		res := make([]sluice.Result, len(g))
-		err = parseReplies(reply, err, res)
+		err = parseReplies(reply, err, res, calls[i].order)
 		for j, c := range g {
 			c.res, c.err = res[j], err
 		}

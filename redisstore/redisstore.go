@@ -30,6 +30,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -163,19 +165,23 @@ func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
 	c := s.prepare(ops)
 	reply, err := c.script.Run(ctx, s.client, c.keys, c.nums).Text()
-	return parseReplies(reply, err, res)
+	return parseReplies(reply, err, res, c.order)
 }
 
 // A scriptCall is one script call, ready to send: which script, its keys
-// and its numbers.
+// and its numbers, and in which order the script answers the ops.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	nums   []byte
+	order  []int // the script's i-th answer is for ops[order[i]]; nil: in order
 }
 
 // prepare builds the script call of ops: tokenBucketOne for a lone check
-// of one rule, the batch script for anything else.
+// of one rule, the batch script for anything else. The batch script takes
+// the ops of one key together (see groupOrder), in groups of consecutive
+// ops of the same kind and rules: it reads the key once, decides the
+// group's ops one after the other, and writes the key once.
 func (s *Store) prepare(ops []op) scriptCall {
 	now := -1.0 // the server's TIME
 	if s.now != nil {
@@ -187,12 +193,17 @@ func (s *Store) prepare(ops []op) scriptCall {
 		for _, f := range [...]float64{now, float64(s.marginMs), float64(o.amount), float64(o.maxDelayUs), r.Rate, float64(r.Burst)} {
 			nums = appendFloat(nums, f)
 		}
-		return scriptCall{tokenBucketOne, []string{s.Key(o.key)}, nums}
+		return scriptCall{script: tokenBucketOne, keys: []string{s.Key(o.key)}, nums: nums}
 	}
-	keys := make([]string, len(ops))
+	redisKeys := make([]string, len(ops))
+	for i, o := range ops {
+		redisKeys[i] = s.Key(o.key)
+	}
+	order := groupOrder(redisKeys)
+	keys := make([]string, 0, len(ops))
 	n := 2
 	for _, o := range ops {
-		n += 4 + 2*len(o.rules)
+		n += 5 + 2*len(o.rules)
 	}
 	// Every number goes as a little-endian float64 in one string: exact
 	// for these values, and the script reads them with struct.unpack
@@ -201,27 +212,57 @@ func (s *Store) prepare(ops []op) scriptCall {
 	nums := make([]byte, 0, 8*n)
 	nums = appendFloat(nums, now)
 	nums = appendFloat(nums, float64(s.marginMs))
-	for i, o := range ops {
-		keys[i] = s.Key(o.key)
+	for i := 0; i < len(order); {
+		first := ops[order[i]]
+		key := redisKeys[order[i]]
+		m := 1
+		for i+m < len(order) && redisKeys[order[i+m]] == key && sameGroup(first, ops[order[i+m]]) {
+			m++
+		}
+		keys = append(keys, key)
 		kind := 0.0
-		if o.adjust {
+		if first.adjust {
 			kind = 1
 		}
 		nums = appendFloat(nums, kind)
-		nums = appendFloat(nums, float64(o.amount))
-		nums = appendFloat(nums, float64(o.maxDelayUs))
-		nums = appendFloat(nums, float64(len(o.rules)))
-		for _, r := range o.rules {
+		nums = appendFloat(nums, float64(len(first.rules)))
+		nums = appendFloat(nums, float64(m))
+		for _, r := range first.rules {
 			nums = appendFloat(nums, r.Rate)
 			nums = appendFloat(nums, float64(r.Burst))
 		}
+		for _, j := range order[i : i+m] {
+			nums = appendFloat(nums, float64(ops[j].amount))
+			nums = appendFloat(nums, float64(ops[j].maxDelayUs))
+		}
+		i += m
 	}
-	return scriptCall{tokenBucket, keys, nums}
+	return scriptCall{script: tokenBucket, keys: keys, nums: nums, order: order}
 }
 
-// parseReplies reads the 7 float64s of each check's result, in order, from
-// the reply of a script call, or returns the call's error.
-func parseReplies(reply string, err error, res []sluice.Result) error {
+// groupOrder returns the indexes of keys with every key's together, in the
+// order they came: the order in which the batch script decides them. Ops
+// of different keys never touch the same state, so only the order within
+// a key matters, and that is kept.
+func groupOrder(keys []string) []int {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(keys[i], keys[j]) })
+	return order
+}
+
+// sameGroup reports whether b may join a's group in the batch script: the
+// same kind, and the same rules.
+func sameGroup(a, b op) bool {
+	return a.adjust == b.adjust && slices.Equal(a.rules, b.rules)
+}
+
+// parseReplies reads the 7 float64s of each check's result from the reply
+// of a script call, res[order[i]] from the i-th (res[i] when order is nil),
+// or returns the call's error.
+func parseReplies(reply string, err error, res []sluice.Result, order []int) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
@@ -229,7 +270,11 @@ func parseReplies(reply string, err error, res []sluice.Result) error {
 		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(res), 7*8*len(res))
 	}
 	for i := range res {
-		res[i] = parseReply(reply[7*8*i:])
+		j := i
+		if order != nil {
+			j = order[i]
+		}
+		res[j] = parseReply(reply[7*8*i:])
 	}
 	return nil
 }
