@@ -77,8 +77,8 @@ type Redis struct {
 	TLS          RedisTLS      `yaml:"tls"`
 	// Coalesce sends concurrent checks to Redis together, one script call
 	// a batch (see redisstore.Coalesce): fewer round trips and less Redis
-	// CPU under load, the same answers. Default false.
-	Coalesce bool `yaml:"coalesce"`
+	// CPU under load, the same answers. Unset means on (CoalesceOn).
+	Coalesce *bool `yaml:"coalesce"`
 }
 
 // RedisTLS holds the files of a TLS connection to Redis (rediss:// turns

@@ -14,6 +14,15 @@
 // shares one clock; Options.Now selects the client's clock instead. Both
 // clamp negative elapsed time, so a clock that is behind never mints tokens.
 //
+// Concurrent checks are coalesced by default (see Coalesce): a check that
+// finds nothing in flight goes at once, on its caller's goroutine; those
+// that arrive while others are on their way go together, one script call
+// a batch (a call per slot on a Cluster), and the checks of one key in a
+// batch are decided together, against one read and one write of the key.
+// The answers are those of separate calls, in arrival order; only the
+// round trips and Redis's work shrink, so a flood of one key costs Redis
+// one bucket step a batch. Options.DisableCoalescing turns it off.
+//
 // Each caller key is one Redis string holding every rule's bucket (16
 // bytes a rule), named Prefix + "{" + key + "}": the hash tag keeps all of a
 // caller's state in one Cluster slot. Keys longer than MaxKeyLen are
@@ -74,9 +83,13 @@ type Options struct {
 	// zero means one second.
 	ExpiryMargin time.Duration
 
-	// Coalesce, when non-nil, sends concurrent checks to Redis together
-	// (see Coalesce). Close waits for the checks it has queued.
+	// Coalesce tunes the coalescing of concurrent checks (see Coalesce),
+	// which is on unless DisableCoalescing is set; nil means its defaults.
 	Coalesce *Coalesce
+
+	// DisableCoalescing sends every check in a script call of its own, on
+	// its caller's goroutine, however many are in flight.
+	DisableCoalescing bool
 }
 
 // Store is a sluice.Store on Redis, safe for concurrent use.
@@ -99,15 +112,19 @@ func New(client Scripter, opts Options) *Store {
 	if opts.ExpiryMargin == 0 {
 		s.marginMs = 1000
 	}
-	if opts.Coalesce != nil {
-		s.batcher = newBatcher(s, *opts.Coalesce, client)
+	if !opts.DisableCoalescing {
+		var c Coalesce
+		if opts.Coalesce != nil {
+			c = *opts.Coalesce
+		}
+		s.batcher = newBatcher(s, c, client)
 	}
 	return s
 }
 
 // Close stops coalescing, after every check queued is answered; later
-// calls return ErrClosed. It does not close the Redis client. Without
-// Coalesce it does nothing.
+// calls return ErrClosed. It does not close the Redis client. With
+// DisableCoalescing it does nothing.
 func (s *Store) Close() error {
 	if s.batcher != nil {
 		s.batcher.close()

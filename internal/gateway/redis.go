@@ -46,9 +46,7 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
 	}
 	var opts redisstore.Options
-	if r.Coalesce {
-		opts.Coalesce = &redisstore.Coalesce{}
-	}
+	opts.DisableCoalescing = !r.CoalesceOn()
 	return client, redisstore.New(client, opts), nil
 }
 
