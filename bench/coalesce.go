@@ -6,10 +6,10 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// newSluiceCoalesced is sluice's Redis store with its coalescing of
+// newSluiceCoalesced is sluice's Redis store as it comes: coalescing of
 // concurrent checks on, at its defaults (no added wait).
 func newSluiceCoalesced(client *redis.Client) RedisLimiter {
-	return &sluiceCoalesced{sluiceRedis{st: redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})}}
+	return &sluiceCoalesced{sluiceRedis{st: redisstore.New(client, redisstore.Options{})}}
 }
 
 type sluiceCoalesced struct{ sluiceRedis }

@@ -36,8 +36,9 @@ const (
 	RuleRefill = time.Duration(RuleBurst / RuleRate * float64(time.Second))
 )
 
-// MemoryLibraries names the in-memory limiters, sluice first.
-var MemoryLibraries = []string{"sluice", "x/time/rate", "sethvargo", "ulule"}
+// MemoryLibraries names the in-memory limiters, sluice first, and the
+// floor: a sharded map that limits nothing.
+var MemoryLibraries = []string{"sluice", "x/time/rate", "sethvargo", "ulule", "floor"}
 
 // NewMemory returns the named in-memory limiter, empty.
 func NewMemory(name string) Limiter {
@@ -46,6 +47,8 @@ func NewMemory(name string) Limiter {
 		return newSluiceMem()
 	case "x/time/rate":
 		return &xrateLimiter{}
+	case "floor":
+		return newFloorMap()
 	case "sethvargo":
 		st, err := memorystore.New(&memorystore.Config{
 			Tokens:        RuleBurst,

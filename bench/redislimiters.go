@@ -14,7 +14,9 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// RedisLibraries names the Redis limiters, sluice first.
+// RedisLibraries names the Redis limiters, sluice first: one script call
+// a check (DisableCoalescing, the path of every check before coalescing
+// became the default), then its default, coalescing.
 var RedisLibraries = []string{"sluice", "sluice+coalesce", "redis_rate", "ulule", "classic-lua"}
 
 // RedisLimiter is a Limiter on Redis that names the Redis key it keeps for
@@ -28,7 +30,7 @@ type RedisLimiter interface {
 func NewRedis(name string, client *redis.Client) RedisLimiter {
 	switch name {
 	case "sluice":
-		return &sluiceRedis{st: redisstore.New(client, redisstore.Options{})}
+		return &sluiceRedis{st: redisstore.New(client, redisstore.Options{DisableCoalescing: true})}
 	case "sluice+coalesce":
 		return newSluiceCoalesced(client)
 	case "redis_rate":

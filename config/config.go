@@ -89,8 +89,8 @@ type Redis struct {
 	Password     Secret `yaml:"-"` // read from PasswordFile or PasswordEnv by Load
 	// Coalesce sends concurrent checks to Redis together, one script call
 	// a batch (see redisstore.Coalesce): fewer round trips and less Redis
-	// CPU under load, the same answers. Default false.
-	Coalesce bool `yaml:"coalesce"`
+	// CPU under load, the same answers. Unset means on (CoalesceOn).
+	Coalesce *bool `yaml:"coalesce"`
 }
 
 // RedisTLS holds the files of a TLS connection to Redis (rediss:// turns

@@ -14,18 +14,36 @@ import (
 )
 
 // BenchmarkCheck measures checks through 32 concurrent callers on 10,000
-// keys and reports the Redis server's CPU per check from INFO commandstats.
+// keys and reports the Redis server's CPU per check from INFO commandstats:
+// plain (DisableCoalescing) and with the default coalescing.
 func BenchmarkCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	defer client.Close()
 	b.Run("plain", func(b *testing.B) {
-		benchCheck(b, []*redistest.Server{srv}, redisstore.New(client, redisstore.Options{}))
+		benchCheck(b, []*redistest.Server{srv}, redisstore.New(client, redisstore.Options{DisableCoalescing: true}), 10_000)
 	})
 	b.Run("coalesced", func(b *testing.B) {
-		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		rs := redisstore.New(client, redisstore.Options{})
 		defer rs.Close()
-		benchCheck(b, []*redistest.Server{srv}, rs)
+		benchCheck(b, []*redistest.Server{srv}, rs, 10_000)
+	})
+}
+
+// BenchmarkHotKey is BenchmarkCheck with every caller on one key: the
+// coalesced checks of a batch are decided together, one read and one
+// write of the key a batch.
+func BenchmarkHotKey(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	defer client.Close()
+	b.Run("plain", func(b *testing.B) {
+		benchCheck(b, []*redistest.Server{srv}, redisstore.New(client, redisstore.Options{DisableCoalescing: true}), 1)
+	})
+	b.Run("coalesced", func(b *testing.B) {
+		rs := redisstore.New(client, redisstore.Options{})
+		defer rs.Close()
+		benchCheck(b, []*redistest.Server{srv}, rs, 1)
 	})
 }
 
@@ -37,18 +55,18 @@ func BenchmarkClusterCheck(b *testing.B) {
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 64})
 	defer client.Close()
 	b.Run("plain", func(b *testing.B) {
-		benchCheck(b, cl.Masters(), redisstore.New(client, redisstore.Options{}))
+		benchCheck(b, cl.Masters(), redisstore.New(client, redisstore.Options{DisableCoalescing: true}), 10_000)
 	})
 	b.Run("coalesced", func(b *testing.B) {
-		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		rs := redisstore.New(client, redisstore.Options{})
 		defer rs.Close()
-		benchCheck(b, cl.Masters(), rs)
+		benchCheck(b, cl.Masters(), rs, 10_000)
 	})
 }
 
-func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store) {
+func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store, nkeys int) {
 	rules := []sluice.Rule{{Rate: 1e6, Burst: 1e9}}
-	keys := make([]string, 10_000)
+	keys := make([]string, nkeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user-%d", i)
 	}

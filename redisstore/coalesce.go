@@ -14,13 +14,18 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Coalesce turns on the coalescing of concurrent checks: checks that
-// arrive while others are in flight go to Redis together, in one script
-// call per batch. On a Cluster, where one script may only touch one slot,
+// Coalesce tunes the coalescing of concurrent checks, on by default
+// (Options.DisableCoalescing turns it off): checks that arrive while
+// others are in flight go to Redis together, in one script call per
+// batch. On a Cluster, where one script may only touch one slot,
 // a batch is a script call per slot, all sent in one pipeline: one round
-// trip per master. The script decides them one after the other,
-// exactly as separate calls would: coalescing changes no answer, only the
-// number of round trips and script invocations.
+// trip per master. A client that is not a *redis.Client (a ring, or a
+// client wrapped in something else) is treated as a Cluster. The script
+// decides the checks of one key together, against one read and one write
+// of the key, one after the other in the order they arrived, exactly as
+// separate calls at that instant would: coalescing changes no answer,
+// only the number of round trips, script invocations and bucket reads
+// and writes.
 //
 // A check that finds a batch slot free and nothing queued goes at once, on
 // its caller's goroutine, as it would without coalescing: a lone caller
@@ -65,7 +70,8 @@ type batcher struct {
 	maxBatch    int
 	maxWait     time.Duration
 	maxInFlight int
-	cluster     *redis.ClusterClient // nil when not on a Cluster
+	bySlot      bool                   // a script call per Cluster slot: not known to be one server
+	pipeline    func() redis.Pipeliner // sends those calls at once; nil: one after the other
 
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when inFlight drops to zero
@@ -83,7 +89,13 @@ func newBatcher(s *Store, c Coalesce, client Scripter) *batcher {
 		b.maxInFlight = 2
 	}
 	b.idle.L = &b.mu
-	b.cluster, _ = client.(*redis.ClusterClient)
+	switch c := client.(type) {
+	case *redis.Client: // one server (or a Sentinel's master): a batch is one call
+	case pipeliner: // a Cluster, a ring, or a client wrapped in something else
+		b.bySlot, b.pipeline = true, c.Pipeline
+	default:
+		b.bySlot = true
+	}
 	return b
 }
 
@@ -231,11 +243,16 @@ func (b *batcher) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	if b.cluster == nil {
+	if !b.bySlot {
 		b.sendGroup(ctx, batch)
 		return
 	}
 	b.sendSlots(ctx, bySlot(b.s, batch))
+}
+
+// pipeliner is a client that pipelines, as every go-redis client does.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
 }
 
 func (b *batcher) sendGroup(ctx context.Context, g []*call) {
@@ -248,15 +265,18 @@ func (b *batcher) sendGroup(ctx context.Context, g []*call) {
 
 // sendSlots sends a script call per Cluster slot in one pipeline, which
 // the Cluster client splits into one round trip per master, all at once:
-// keys spread over many slots still share round trips.
+// keys spread over many slots still share round trips. A client that
+// cannot pipeline gets the calls one after the other.
 func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
-	if len(groups) == 1 {
-		b.sendGroup(ctx, groups[0])
+	if len(groups) == 1 || b.pipeline == nil {
+		for _, g := range groups {
+			b.sendGroup(ctx, g)
+		}
 		return
 	}
 	calls := make([]scriptCall, len(groups))
 	cmds := make([]*redis.Cmd, len(groups))
-	pipe := b.cluster.Pipeline()
+	pipe := b.pipeline()
 	for i, g := range groups {
 		calls[i] = b.s.prepare(opsOf(g))
 		cmds[i] = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].nums)
@@ -265,10 +285,10 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 	for i, g := range groups {
 		reply, err := cmds[i].Text()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that has not seen the script yet
-			reply, err = calls[i].script.Eval(ctx, b.cluster, calls[i].keys, calls[i].nums).Text()
+			reply, err = calls[i].script.Eval(ctx, b.s.client, calls[i].keys, calls[i].nums).Text()
 		}
 		res := make([]sluice.Result, len(g))
-		err = parseReplies(reply, err, res)
+		err = parseReplies(reply, err, res, calls[i].order)
 		for j, c := range g {
 			c.res, c.err = res[j], err
 		}

@@ -17,11 +17,34 @@ type BatchOp struct {
 func RunBatch(ctx context.Context, s *Store, batch []BatchOp) ([]sluice.Result, error) {
 	ops := make([]op, len(batch))
 	for i, b := range batch {
-		r := b.Req
-		ops[i] = op{key: r.Key, adjust: b.Adjust, amount: r.Cost, maxDelayUs: r.MaxDelay.Microseconds(), rules: r.Rules}
+		ops[i] = b.op()
 	}
 	res := make([]sluice.Result, len(batch))
 	return res, s.runBatch(ctx, ops, res)
+}
+
+func (b BatchOp) op() op {
+	r := b.Req
+	return op{key: r.Key, adjust: b.Adjust, amount: r.Cost, maxDelayUs: r.MaxDelay.Microseconds(), rules: r.Rules}
+}
+
+// SendBatch sends batch as a coalescing Store sends one batch: a script
+// call per Cluster slot, all in one pipeline, on a Cluster. The keys may
+// be in any slots.
+func SendBatch(s *Store, batch []BatchOp) ([]sluice.Result, error) {
+	calls := make([]*call, len(batch))
+	for i, b := range batch {
+		calls[i] = &call{op: b.op(), done: make(chan struct{}, 1)}
+	}
+	s.batcher.send(calls)
+	res := make([]sluice.Result, len(batch))
+	for i, c := range calls {
+		if c.err != nil {
+			return nil, c.err
+		}
+		res[i] = c.res
+	}
+	return res, nil
 }
 
 // Queued returns how many checks of a coalescing Store wait in its queue.

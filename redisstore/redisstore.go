@@ -14,6 +14,15 @@
 // shares one clock; Options.Now selects the client's clock instead. Both
 // clamp negative elapsed time, so a clock that is behind never mints tokens.
 //
+// Concurrent checks are coalesced by default (see Coalesce): a check that
+// finds nothing in flight goes at once, on its caller's goroutine; those
+// that arrive while others are on their way go together, one script call
+// a batch (a call per slot on a Cluster), and the checks of one key in a
+// batch are decided together, against one read and one write of the key.
+// The answers are those of separate calls, in arrival order; only the
+// round trips and Redis's work shrink, so a flood of one key costs Redis
+// one bucket step a batch. Options.DisableCoalescing turns it off.
+//
 // Each caller key is one Redis string holding every rule's bucket (16
 // bytes a rule), named Prefix + "{" + key + "}": the hash tag keeps all of a
 // caller's state in one Cluster slot. Keys longer than MaxKeyLen are
@@ -30,6 +39,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,9 +83,13 @@ type Options struct {
 	// zero means one second.
 	ExpiryMargin time.Duration
 
-	// Coalesce, when non-nil, sends concurrent checks to Redis together
-	// (see Coalesce). Close waits for the checks it has queued.
+	// Coalesce tunes the coalescing of concurrent checks (see Coalesce),
+	// which is on unless DisableCoalescing is set; nil means its defaults.
 	Coalesce *Coalesce
+
+	// DisableCoalescing sends every check in a script call of its own, on
+	// its caller's goroutine, however many are in flight.
+	DisableCoalescing bool
 }
 
 // Store is a sluice.Store on Redis, safe for concurrent use.
@@ -97,15 +112,19 @@ func New(client Scripter, opts Options) *Store {
 	if opts.ExpiryMargin == 0 {
 		s.marginMs = 1000
 	}
-	if opts.Coalesce != nil {
-		s.batcher = newBatcher(s, *opts.Coalesce, client)
+	if !opts.DisableCoalescing {
+		var c Coalesce
+		if opts.Coalesce != nil {
+			c = *opts.Coalesce
+		}
+		s.batcher = newBatcher(s, c, client)
 	}
 	return s
 }
 
 // Close stops coalescing, after every check queued is answered; later
-// calls return ErrClosed. It does not close the Redis client. Without
-// Coalesce it does nothing.
+// calls return ErrClosed. It does not close the Redis client. With
+// DisableCoalescing it does nothing.
 func (s *Store) Close() error {
 	if s.batcher != nil {
 		s.batcher.close()
@@ -163,19 +182,23 @@ func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
 	c := s.prepare(ops)
 	reply, err := c.script.Run(ctx, s.client, c.keys, c.nums).Text()
-	return parseReplies(reply, err, res)
+	return parseReplies(reply, err, res, c.order)
 }
 
 // A scriptCall is one script call, ready to send: which script, its keys
-// and its numbers.
+// and its numbers, and in which order the script answers the ops.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	nums   []byte
+	order  []int // the script's i-th answer is for ops[order[i]]; nil: in order
 }
 
 // prepare builds the script call of ops: tokenBucketOne for a lone check
-// of one rule, the batch script for anything else.
+// of one rule, the batch script for anything else. The batch script takes
+// the ops of one key together (see groupOrder), in groups of consecutive
+// ops of the same kind and rules: it reads the key once, decides the
+// group's ops one after the other, and writes the key once.
 func (s *Store) prepare(ops []op) scriptCall {
 	now := -1.0 // the server's TIME
 	if s.now != nil {
@@ -187,12 +210,17 @@ func (s *Store) prepare(ops []op) scriptCall {
 		for _, f := range [...]float64{now, float64(s.marginMs), float64(o.amount), float64(o.maxDelayUs), r.Rate, float64(r.Burst)} {
 			nums = appendFloat(nums, f)
 		}
-		return scriptCall{tokenBucketOne, []string{s.Key(o.key)}, nums}
+		return scriptCall{script: tokenBucketOne, keys: []string{s.Key(o.key)}, nums: nums}
 	}
-	keys := make([]string, len(ops))
+	redisKeys := make([]string, len(ops))
+	for i, o := range ops {
+		redisKeys[i] = s.Key(o.key)
+	}
+	order := groupOrder(redisKeys)
+	keys := make([]string, 0, len(ops))
 	n := 2
 	for _, o := range ops {
-		n += 4 + 2*len(o.rules)
+		n += 5 + 2*len(o.rules)
 	}
 	// Every number goes as a little-endian float64 in one string: exact
 	// for these values, and the script reads them with struct.unpack
@@ -201,27 +229,57 @@ func (s *Store) prepare(ops []op) scriptCall {
 	nums := make([]byte, 0, 8*n)
 	nums = appendFloat(nums, now)
 	nums = appendFloat(nums, float64(s.marginMs))
-	for i, o := range ops {
-		keys[i] = s.Key(o.key)
+	for i := 0; i < len(order); {
+		first := ops[order[i]]
+		key := redisKeys[order[i]]
+		m := 1
+		for i+m < len(order) && redisKeys[order[i+m]] == key && sameGroup(first, ops[order[i+m]]) {
+			m++
+		}
+		keys = append(keys, key)
 		kind := 0.0
-		if o.adjust {
+		if first.adjust {
 			kind = 1
 		}
 		nums = appendFloat(nums, kind)
-		nums = appendFloat(nums, float64(o.amount))
-		nums = appendFloat(nums, float64(o.maxDelayUs))
-		nums = appendFloat(nums, float64(len(o.rules)))
-		for _, r := range o.rules {
+		nums = appendFloat(nums, float64(len(first.rules)))
+		nums = appendFloat(nums, float64(m))
+		for _, r := range first.rules {
 			nums = appendFloat(nums, r.Rate)
 			nums = appendFloat(nums, float64(r.Burst))
 		}
+		for _, j := range order[i : i+m] {
+			nums = appendFloat(nums, float64(ops[j].amount))
+			nums = appendFloat(nums, float64(ops[j].maxDelayUs))
+		}
+		i += m
 	}
-	return scriptCall{tokenBucket, keys, nums}
+	return scriptCall{script: tokenBucket, keys: keys, nums: nums, order: order}
 }
 
-// parseReplies reads the 7 float64s of each check's result, in order, from
-// the reply of a script call, or returns the call's error.
-func parseReplies(reply string, err error, res []sluice.Result) error {
+// groupOrder returns the indexes of keys with every key's together, in the
+// order they came: the order in which the batch script decides them. Ops
+// of different keys never touch the same state, so only the order within
+// a key matters, and that is kept.
+func groupOrder(keys []string) []int {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(keys[i], keys[j]) })
+	return order
+}
+
+// sameGroup reports whether b may join a's group in the batch script: the
+// same kind, and the same rules.
+func sameGroup(a, b op) bool {
+	return a.adjust == b.adjust && slices.Equal(a.rules, b.rules)
+}
+
+// parseReplies reads the 7 float64s of each check's result from the reply
+// of a script call, res[order[i]] from the i-th (res[i] when order is nil),
+// or returns the call's error.
+func parseReplies(reply string, err error, res []sluice.Result, order []int) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
@@ -229,7 +287,11 @@ func parseReplies(reply string, err error, res []sluice.Result) error {
 		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(res), 7*8*len(res))
 	}
 	for i := range res {
-		res[i] = parseReply(reply[7*8*i:])
+		j := i
+		if order != nil {
+			j = order[i]
+		}
+		res[j] = parseReply(reply[7*8*i:])
 	}
 	return nil
 }

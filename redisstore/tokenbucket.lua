@@ -6,32 +6,47 @@
 -- differential tests hold the two against each other: change both or
 -- neither.
 --
--- KEYS[j]  the key of check j: every rule's bucket of one caller, one string
+-- The checks of one key are decided together: the client sends them as
+-- groups, a group being consecutive checks (or adjustments) of one key
+-- with the same rules, in the order they arrived, and the groups of one
+-- key one after the other. The script reads a key once, decides its
+-- groups' checks one after the other against that state, and writes it
+-- once, when the next key starts. Each check gets exactly the answer it
+-- would get from a call of its own at the same instant: the state passes
+-- from check to check as a GET would have returned it after the SET
+-- before. So a hot key costs Redis one GET and one SET a batch, whatever
+-- the number of its checks.
+--
+-- KEYS[g]  the key of group g: every rule's bucket of one caller, one
+--          string; consecutive groups may name the same key
 -- ARGV[1]  the numbers below as little-endian float64s, packed: parsing
 --          them with struct.unpack costs far less than a tonumber (strtod)
 --          per number, and a float64 carries every value exactly (times in
 --          µs and costs stay far below 2^53)
 --   now     Unix microseconds, or -1 to use the Redis server's TIME
 --   margin  expiry margin in milliseconds
---   then, for each check j in order:
+--   then, for each group g in order:
 --     op      0 to check, 1 to adjust
---     amount  cost (check) or delta (adjust), an integer
---     delay   max delay in microseconds (check; 0 = no reservation)
---     n       number of rules, then n pairs of rate (tokens/s) and burst
+--     n       number of rules
+--     m       number of checks in the group, at least 1
+--     n pairs of rate (tokens/s) and burst
+--     m pairs of amount, cost (check) or delta (adjust), an integer, and
+--       delay, the max delay in microseconds (check; 0 = no reservation)
 --
 -- The value is n struct-packed doubles pairs (tokens, last): 16 bytes a
 -- rule, exact (last < 2^53 µs) and cheaper to read than text. A missing or
 -- differently sized value is a set of full buckets (FullBucket).
 --
--- Returns, for each check, 7 numbers packed as little-endian float64s like
--- the arguments (one string converts far cheaper into a reply than an
--- array of integers): allowed 0|1, reported rule (0-based), limit,
--- remaining, retry after µs, reset after µs, delay µs.
+-- Returns, for each check in the order of the groups, 7 numbers packed as
+-- little-endian float64s like the arguments (one string converts far
+-- cheaper into a reply than an array of integers): allowed 0|1, reported
+-- rule (0-based), limit, remaining, retry after µs, reset after µs, delay
+-- µs.
 --
 -- Written for speed in Redis's interpreter: library functions in locals,
--- no closures, the numbers of ARGV[1] read a check at a time at a moving
+-- no closures, the numbers of ARGV[1] read a few at a time at a moving
 -- position (struct.unpack returns the next one) rather than all into one
--- table, each check's reply packed on its own and joined once, and a check
+-- table, each check's reply packed on its own and joined once, and checks
 -- of one rule unrolled (decideOne), with no tables at all.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
@@ -46,23 +61,34 @@ if now < 0 then
   now = t[1] * 1000000 + t[2]
 end
 
-local out = {} -- out[j]: the 7 packed numbers of check j
-local rb      -- rb[2i-1] rate, rb[2i] burst of rule i
-local s       -- s[2i-1] tokens, s[2i] last of rule i
-for j = 1, #KEYS do
-  local key = KEYS[j]
-  -- Every check has a rule, so 6 numbers are always there to read; rate
+local out, o = {}, 0 -- out[o]: the 7 packed numbers of the o-th check
+local key           -- the key of the group before, not yet written
+local cur           -- its value, as a GET would return it now (false: none)
+local px            -- the expiry of its last write, ms
+local rb            -- rb[2i-1] rate, rb[2i] burst of rule i
+local s             -- s[2i-1] tokens, s[2i] last of rule i
+for g = 1, #KEYS do
+  local k = KEYS[g]
+  if k ~= key then
+    if key then
+      call('SET', key, cur, 'PX', px)
+    end
+    key, cur = k, call('GET', k)
+  end
+  -- Every group has a rule, so 5 numbers are always there to read; rate
   -- and burst are rule 1's.
-  local op, amount, max_delay, n, rate, burst, after = unpack_struct('<dddddd', args, a)
+  local op, n, m, rate, burst, after = unpack_struct('<ddddd', args, a)
   if op == 0 and n == 1 then
-    -- One check of one rule: decideOne, unrolled as in tokenbucket1.lua,
-    -- for coalesced batches of the common case.
+    -- Checks of one rule: decideOne, unrolled as in tokenbucket1.lua.
     a = after
     local tokens, last = burst, now
-    local packed = call('GET', key)
-    if packed and #packed == 16 then
-      tokens, last = unpack_struct('<dd', packed)
+    if cur and #cur == 16 then
+      tokens, last = unpack_struct('<dd', cur)
     end
+    -- refill: min(burst, tokens + max(0, now - last) * rate); last never
+    -- moves backwards, so a clock behind never mints tokens. Once a group:
+    -- after its first check last >= now, so the refill of the next adds
+    -- nothing, and tokens <= burst already.
     local elapsed = now - last
     if elapsed < 0 then
       elapsed = 0
@@ -71,139 +97,156 @@ for j = 1, #KEYS do
     if last < now then
       last = now
     end
-    local wait = 0
-    if tokens + tolerance < amount then
-      wait = ceil((amount - tokens) / rate * 1e6)
-      if wait > max_us then wait = max_us end -- saturates (micros)
-    end
-    local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-    local retry, delay = 0, 0
-    if not allowed then
-      retry = wait
-    else
-      if wait > 0 then
-        delay = wait
+    local reset = 0
+    for _ = 1, m do
+      local cost, max_delay
+      cost, max_delay, a = unpack_struct('<dd', args, a)
+      local wait = 0
+      if tokens + tolerance < cost then
+        wait = ceil((cost - tokens) / rate * 1e6)
+        if wait > max_us then wait = max_us end -- saturates (micros)
       end
-      tokens = tokens - amount
+      local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
+      local retry, delay = 0, 0
+      if not allowed then
+        retry = wait
+      else
+        if wait > 0 then
+          delay = wait
+        end
+        tokens = tokens - cost
+      end
+      local rem = 0
+      reset = 0
+      if tokens > 0 then
+        rem = floor(tokens + tolerance)
+      end
+      if burst - tokens > 0 then
+        reset = ceil((burst - tokens) / rate * 1e6)
+        if reset > max_us then reset = max_us end -- saturates (micros)
+      end
+      o = o + 1
+      out[o] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
     end
-    local rem, reset = 0, 0
-    if tokens > 0 then
-      rem = floor(tokens + tolerance)
-    end
-    if burst - tokens > 0 then
-      reset = ceil((burst - tokens) / rate * 1e6)
-      if reset > max_us then reset = max_us end -- saturates (micros)
-    end
-    call('SET', key, pack('<dd', tokens, last), 'PX', ceil(reset / 1000) + margin_ms)
-    out[j] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
+    -- ExpiryAfter of the last check: until the bucket is full again, plus
+    -- the margin; on every path, denials included.
+    px = ceil(reset / 1000) + margin_ms
+    cur = pack('<dd', tokens, last)
   else
     -- The rules' 2n numbers have the layout of the value: one format.
     local format = '<' .. rep('d', 2 * n)
-    rb = { unpack_struct(format, args, a + 32) }
+    rb = { unpack_struct(format, args, a + 24) }
     a = rb[2 * n + 1]
-    local packed = call('GET', key)
-    if packed and #packed == 16 * n then
-      s = { unpack_struct(format, packed) }
+    if cur and #cur == 16 * n then
+      s = { unpack_struct(format, cur) }
     else
       s = {}
       for i = 1, n do
         s[2 * i - 1], s[2 * i] = rb[2 * i], now -- FullBucket
       end
     end
+    for _ = 1, m do
+      local amount, max_delay
+      amount, max_delay, a = unpack_struct('<dd', args, a)
 
-    -- refill every rule: min(burst, tokens + max(0, now - last) * rate);
-    -- last never moves backwards, so a clock behind never mints tokens.
-    -- Check (Decide): wait is the µs until every bucket holds cost.
-    -- Adjust (AdjustBuckets): take delta, capped at the burst.
-    local cost, wait, allowed = 0, 0, true
-    if op == 0 then
-      cost = amount
-    end
-    for i = 1, n do
-      local rate, burst = rb[2 * i - 1], rb[2 * i]
-      local elapsed = now - s[2 * i]
-      if elapsed < 0 then
-        elapsed = 0
+      -- refill every rule: min(burst, tokens + max(0, now - last) * rate);
+      -- last never moves backwards, so a clock behind never mints tokens.
+      -- Check (Decide): wait is the µs until every bucket holds cost.
+      -- Adjust (AdjustBuckets): take delta, capped at the burst.
+      local cost, wait, allowed = 0, 0, true
+      if op == 0 then
+        cost = amount
       end
-      local tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
-      if s[2 * i] < now then
-        s[2 * i] = now
+      for i = 1, n do
+        local rate, burst = rb[2 * i - 1], rb[2 * i]
+        local elapsed = now - s[2 * i]
+        if elapsed < 0 then
+          elapsed = 0
+        end
+        local tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
+        if s[2 * i] < now then
+          s[2 * i] = now
+        end
+        if op == 0 then
+          if tokens + tolerance < cost then
+            local w = ceil((cost - tokens) / rate * 1e6) -- micros
+            if w > max_us then w = max_us end -- saturates (micros)
+            if w > wait then
+              wait = w
+            end
+          end
+        else
+          tokens = min(burst, tokens - amount)
+          if tokens + tolerance < 0 then
+            allowed = false
+          end
+        end
+        s[2 * i - 1] = tokens
       end
       if op == 0 then
-        if tokens + tolerance < cost then
-          local w = ceil((cost - tokens) / rate * 1e6) -- micros
-          if w > max_us then w = max_us end -- saturates (micros)
-          if w > wait then
-            wait = w
+        allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
+        if allowed then
+          for i = 1, n do
+            s[2 * i - 1] = s[2 * i - 1] - cost
           end
         end
-      else
-        tokens = min(burst, tokens - amount)
-        if tokens + tolerance < 0 then
-          allowed = false
-        end
       end
-      s[2 * i - 1] = tokens
-    end
-    if op == 0 then
-      allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-      if allowed then
-        for i = 1, n do
-          s[2 * i - 1] = s[2 * i - 1] - cost
-        end
-      end
-    end
 
-    -- report: denied, the rule that makes the caller wait longest; allowed,
-    -- the one with the fewest whole tokens (remaining), ties to the one
-    -- furthest from full. longest feeds ExpiryAfter.
-    local best, best_rem, best_reset, retry, longest = 1, huge, -1, 0, 0
-    for i = 1, n do
-      local rate, tokens = rb[2 * i - 1], s[2 * i - 1]
-      local reset = 0
-      if rb[2 * i] - tokens > 0 then
-        reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
+      -- report: denied, the rule that makes the caller wait longest;
+      -- allowed, the one with the fewest whole tokens (remaining), ties to
+      -- the one furthest from full. longest feeds ExpiryAfter.
+      local best, best_rem, best_reset, retry, longest = 1, huge, -1, 0, 0
+      for i = 1, n do
+        local rate, tokens = rb[2 * i - 1], s[2 * i - 1]
+        local reset = 0
+        if rb[2 * i] - tokens > 0 then
+          reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
+          if reset > max_us then reset = max_us end -- saturates (micros)
+        end
+        if reset > longest then
+          longest = reset
+        end
+        if not allowed then
+          if tokens + tolerance < cost then
+            local w = ceil((cost - tokens) / rate * 1e6)
+            if w > max_us then w = max_us end -- saturates (micros)
+            if w > retry then
+              best, retry = i, w
+            end
+          end
+        else
+          local rem = 0
+          if tokens > 0 then
+            rem = floor(tokens + tolerance)
+          end
+          if rem < best_rem or (rem == best_rem and reset > best_reset) then
+            best, best_rem, best_reset = i, rem, reset
+          end
+        end
+      end
+      -- ExpiryAfter: keep the state until every bucket is full again, plus
+      -- the margin; set on every path, denials included.
+      px = ceil(longest / 1000) + margin_ms
+
+      local tokens, burst, rate = s[2 * best - 1], rb[2 * best], rb[2 * best - 1]
+      local rem, reset, delay = 0, 0, 0
+      if tokens > 0 then
+        rem = floor(tokens + tolerance)
+      end
+      if burst - tokens > 0 then
+        reset = ceil((burst - tokens) / rate * 1e6)
         if reset > max_us then reset = max_us end -- saturates (micros)
       end
-      if reset > longest then
-        longest = reset
+      if allowed and wait > 0 then
+        delay = wait
       end
-      if not allowed then
-        if tokens + tolerance < cost then
-          local w = ceil((cost - tokens) / rate * 1e6)
-          if w > max_us then w = max_us end -- saturates (micros)
-          if w > retry then
-            best, retry = i, w
-          end
-        end
-      else
-        local rem = 0
-        if tokens > 0 then
-          rem = floor(tokens + tolerance)
-        end
-        if rem < best_rem or (rem == best_rem and reset > best_reset) then
-          best, best_rem, best_reset = i, rem, reset
-        end
-      end
+      o = o + 1
+      out[o] = pack('<ddddddd', allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay)
     end
-
-    -- ExpiryAfter: keep the state until every bucket is full again, plus
-    -- the margin; set on every path, denials included.
-    call('SET', key, pack(format, unpack(s, 1, 2 * n)), 'PX', ceil(longest / 1000) + margin_ms)
-
-    local tokens, burst, rate = s[2 * best - 1], rb[2 * best], rb[2 * best - 1]
-    local rem, reset, delay = 0, 0, 0
-    if tokens > 0 then
-      rem = floor(tokens + tolerance)
-    end
-    if burst - tokens > 0 then
-      reset = ceil((burst - tokens) / rate * 1e6)
-      if reset > max_us then reset = max_us end -- saturates (micros)
-    end
-    if allowed and wait > 0 then
-      delay = wait
-    end
-    out[j] = pack('<ddddddd', allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay)
+    cur = pack(format, unpack(s, 1, 2 * n))
   end
+end
+if key then
+  call('SET', key, cur, 'PX', px)
 end
 return concat(out)

@@ -68,9 +68,7 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 		eviction = checkEviction(ctx, client, log)
 	}
 	var opts redisstore.Options
-	if r.Coalesce {
-		opts.Coalesce = &redisstore.Coalesce{}
-	}
+	opts.DisableCoalescing = !r.CoalesceOn()
 	return client, redisstore.New(client, opts), eviction, nil
 }
 

@@ -14,7 +14,8 @@ import (
 
 var displayName = map[string]string{
 	"sluice":          "sluice",
-	"sluice+coalesce": "sluice (coalescing)",
+	"sluice+coalesce": "sluice (coalescing, the default)",
+	"floor":           "floor: sharded map, no limit",
 	"xrate":           "x/time/rate",
 	"sethvargo":       "sethvargo/go-limiter",
 	"ulule":           "ulule/limiter",
@@ -284,6 +285,8 @@ func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 				cu, sc.metrics["checks/call"], verdict(cu <= 2))
 		}
 	}
+	printTargets18(w, find, verdict)
+
 	// Throughput at the highest load; added latency at the lowest, where
 	// p50 is the time of one request rather than the length of a queue.
 	var lo, hi *gatewayResult
@@ -312,5 +315,47 @@ func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 		fmt.Fprintf(w, "- gateway, %d client(s), added p50: %v (%v vs %v): ≤ 100 µs: %s\n", lo.concurrency,
 			added.Round(time.Microsecond), lo.sluice.P50.Round(time.Microsecond), lo.bare.P50.Round(time.Microsecond),
 			verdict(added <= 100*time.Microsecond))
+	}
+}
+
+// printTargets18 says where the targets of issue 18 stand: the in-memory
+// store's distance to the floor, and the Redis store's default
+// (coalescing, a key's checks in a batch decided together) against its
+// plain path and against the classic script.
+func printTargets18(w io.Writer, find func(bench, wl string, c, cost int, lib string) (result, bool), verdict func(bool) string) {
+	fmt.Fprintln(w, "Targets of issue 18, from this run:")
+	for _, c := range []int{1, 8} {
+		s, ok1 := find("BenchmarkMemory", "uniform100k", c, 1, "sluice")
+		f, ok2 := find("BenchmarkMemory", "uniform100k", c, 1, "floor")
+		if ok1 && ok2 {
+			fmt.Fprintf(w, "- memory, 100k keys, %d caller(s): sluice %.1f ns/op (%.1f CPU ns), floor %.1f (%.1f CPU ns): %.2f× the floor (%.2f× in CPU)\n",
+				c, s.metrics["ns/op"], s.metrics["cpu-ns/op"], f.metrics["ns/op"], f.metrics["cpu-ns/op"],
+				s.metrics["ns/op"]/f.metrics["ns/op"], s.metrics["cpu-ns/op"]/f.metrics["cpu-ns/op"])
+		}
+	}
+	for _, wl := range []string{"hot", "uniform100k"} {
+		p, okP := find("BenchmarkRedis", wl, 1, 1, "sluice")
+		d, okD := find("BenchmarkRedis", wl, 1, 1, "sluice+coalesce")
+		if okP && okD {
+			x := d.metrics["checks/s"] / p.metrics["checks/s"]
+			fmt.Fprintf(w, "- redis, %s, 1 caller: default %s checks/s vs plain %s: %.2f×: no loss (≥ 0.95× on a noisy machine): %s\n",
+				wl, fmtRate(d.metrics["checks/s"]), fmtRate(p.metrics["checks/s"]), x, verdict(x >= 0.95))
+		}
+	}
+	if p, ok := find("BenchmarkRedis", "hot", 32, 1, "sluice"); ok {
+		if d, ok := find("BenchmarkRedis", "hot", 32, 1, "sluice+coalesce"); ok {
+			x := d.metrics["checks/s"] / p.metrics["checks/s"]
+			fmt.Fprintf(w, "- redis, hot key, 32 callers: default %s checks/s vs plain %s: %.2f×, ≥ 3×: %s\n",
+				fmtRate(d.metrics["checks/s"]), fmtRate(p.metrics["checks/s"]), x, verdict(x >= 3))
+		}
+	}
+	for _, wl := range []string{"hot", "uniform100k", "zipf1M"} {
+		d, okD := find("BenchmarkRedis", wl, 32, 1, "sluice+coalesce")
+		cl, okC := find("BenchmarkRedis", wl, 32, 1, "classic-lua")
+		if okD && okC {
+			x := d.metrics["srv-µs/check"] / cl.metrics["srv-µs/check"]
+			fmt.Fprintf(w, "- redis, %s, 32 callers, server µs per check: default %.2f (%.1f checks a call) vs classic %.2f: %.2f×, ≤ 0.2×: %s\n",
+				wl, d.metrics["srv-µs/check"], d.metrics["checks/call"], cl.metrics["srv-µs/check"], x, verdict(x <= 0.2))
+		}
 	}
 }

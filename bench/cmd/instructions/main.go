@@ -85,14 +85,14 @@ func build(client *redis.Client, name string) (func(key string) error, func()) {
 		}
 	}
 	switch name {
-	case "sluice":
-		return storeCheck(redisstore.New(client, redisstore.Options{}), one), func() {}
+	case "sluice": // a script call a check
+		return storeCheck(redisstore.New(client, redisstore.Options{DisableCoalescing: true}), one), func() {}
 	case "sluice-client-clock":
-		return storeCheck(redisstore.New(client, redisstore.Options{Now: time.Now}), one), func() {}
+		return storeCheck(redisstore.New(client, redisstore.Options{Now: time.Now, DisableCoalescing: true}), one), func() {}
 	case "sluice-2-rules":
-		return storeCheck(redisstore.New(client, redisstore.Options{}), append(one, sluice.Rule{Rate: 1e4, Burst: 1e9})), func() {}
-	case "sluice-coalesced":
-		rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+		return storeCheck(redisstore.New(client, redisstore.Options{DisableCoalescing: true}), append(one, sluice.Rule{Rate: 1e4, Burst: 1e9})), func() {}
+	case "sluice-coalesced": // the default
+		rs := redisstore.New(client, redisstore.Options{})
 		return storeCheck(rs, one), func() { rs.Close() }
 	case "empty-script": // the floor: a round trip and an EVALSHA that does nothing
 		script := redis.NewScript("return 1")
