@@ -99,6 +99,8 @@ func (v *validator) validate() {
 	v.store()
 	v.identity()
 	v.policies()
+	v.decisionAPI()
+	v.server()
 }
 
 func (v *validator) hostPort(path, s string) {
