@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -119,13 +120,16 @@ func (g *Gateway) serveTraffic(w http.ResponseWriter, r *http.Request, st *state
 // the gateway's own bound (too large, or too slow), so that the proxy's
 // "upstream failed" answer can be told as what it is.
 type guardedBody struct {
-	rc  io.ReadCloser
-	mu  sync.Mutex
-	why int // 0, or the status that says why: 413 or 408
+	rc      io.ReadCloser
+	reading atomic.Int32 // reads under way
+	mu      sync.Mutex
+	why     int // 0, or the status that says why: 413 or 408
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
+	b.reading.Add(1)
 	n, err := b.rc.Read(p)
+	b.reading.Add(-1)
 	if err != nil && err != io.EOF {
 		if status := bodyErrorStatus(err); status != 0 {
 			b.mu.Lock()
@@ -146,6 +150,18 @@ func (b *guardedBody) failure() int {
 	return b.why
 }
 
+// failureAfterRead is failure once a read under way has returned. A read
+// that passes read_timeout cancels the request's context inside net/http
+// before it returns here, so the proxy may report the cancellation first;
+// the read is then a moment from returning. The wait is bounded all the
+// same.
+func (b *guardedBody) failureAfterRead() int {
+	for end := time.Now().Add(time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return b.failure()
+}
+
 // bodyErrorStatus is 413 for a body past its bound, 408 for one that did
 // not arrive within read_timeout, 0 for any other error.
 func bodyErrorStatus(err error) int {
@@ -159,9 +175,9 @@ func bodyErrorStatus(err error) int {
 	return 0
 }
 
-// guardWriter turns the proxy's 502 into 413 or 408 when the upstream
-// request failed because the client's body broke one of the gateway's
-// bounds.
+// guardWriter turns the proxy's 502 (or 499, when the read deadline
+// cancelled the request) into 413 or 408 when the upstream request failed
+// because the client's body broke one of the gateway's bounds.
 type guardWriter struct {
 	http.ResponseWriter
 	body     *guardedBody
@@ -170,8 +186,8 @@ type guardWriter struct {
 }
 
 func (w *guardWriter) WriteHeader(code int) {
-	if code == http.StatusBadGateway && !w.replaced {
-		if status := w.body.failure(); status != 0 {
+	if (code == http.StatusBadGateway || code == statusClientGone) && !w.replaced {
+		if status := w.body.failureAfterRead(); status != 0 {
 			w.replaced = true
 			w.g.rejected("traffic", rejectReason(status))
 			h := w.ResponseWriter.Header()
@@ -183,6 +199,10 @@ func (w *guardWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// statusClientGone is what the proxy answers when the request's context
+// was cancelled.
+const statusClientGone = 499
 
 func (w *guardWriter) Write(p []byte) (int, error) {
 	if w.replaced {
