@@ -20,7 +20,7 @@ import (
 
 // served is a gateway serving on real loopback listeners, in process.
 type served struct {
-	g                          *Gateway
+	g                        *Gateway
 	traffic, decision, admin string // http://host:port
 }
 
