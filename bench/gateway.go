@@ -160,6 +160,7 @@ func get(ctx context.Context, client *http.Client, target string) bool {
 func GatewayConfig(listen, admin, upstream string) string {
 	return fmt.Sprintf(`listen: %s
 admin_listen: %s
+decision_api: {listen: 127.0.0.1:0}
 upstream: %s
 policies:
   - name: bench

@@ -54,7 +54,9 @@ type Config struct {
 	Policies        []Policy `yaml:"policies"`
 
 	// Allowlist names callers never limited, such as health checkers.
-	Allowlist Allowlist `yaml:"allowlist"`
+	Allowlist   Allowlist   `yaml:"allowlist"`
+	DecisionAPI DecisionAPI `yaml:"decision_api"` // POST /v1/check: its listener and token (decisionapi.go)
+	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -225,6 +227,8 @@ func (c *Config) Defaults() {
 	if c.IPv6Prefix == 0 {
 		c.IPv6Prefix = 64
 	}
+	c.DecisionAPI.defaults()
+	c.Server.defaults()
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		if p.Cost == nil {

@@ -105,6 +105,8 @@ func (v *validator) validate() {
 	v.identity()
 	v.policies()
 	v.allowlist()
+	v.decisionAPI()
+	v.server()
 }
 
 func (v *validator) hostPort(path, s string) {

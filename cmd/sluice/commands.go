@@ -30,9 +30,10 @@ Usage:
 Commands:
   serve --config FILE   run the gateway: a reverse proxy to the configured
                         upstream that enforces the policies, the decision
-                        API POST /v1/check, and an admin listener with
-                        /metrics, /healthz and /readyz. SIGHUP reloads the
-                        file; SIGTERM or SIGINT shut down gracefully.
+                        API POST /v1/check on a listener of its own, and an
+                        admin listener with /metrics, /healthz and /readyz.
+                        SIGHUP reloads the file; SIGTERM or SIGINT shut
+                        down gracefully.
   check-config FILE     validate a configuration file; exit status 2 and
                         every problem (file:line: field: what is wrong) when
                         it is invalid.
@@ -153,10 +154,12 @@ const serveDoc = `Usage: sluice serve --config FILE [flags]
 
 Run the gateway described by FILE (see examples/sluice.yaml): a reverse
 proxy to its upstream that enforces its policies and answers 429 with
-RateLimit headers, the decision API POST /v1/check on the same listener,
-and /metrics, /healthz and /readyz on the admin listener. Without an
-upstream only the decision API is served; without a store section the
-buckets live in memory.
+RateLimit headers; the decision API POST /v1/check on its own listener
+(decision_api.listen, 127.0.0.1:8070 by default; never the traffic
+listener unless decision_api.on_traffic_listener says so); and /metrics,
+/healthz and /readyz on the admin listener. Without an upstream only the
+decision API is served; without a store section the buckets live in
+memory.
 
 SIGHUP reads FILE again and switches to it; an invalid file is logged and
 the running configuration kept. SIGTERM and SIGINT stop accepting and let
@@ -320,6 +323,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", demoDoc, stdout, stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway traffic address")
 	admin := fs.String("admin-listen", "127.0.0.1:9090", "gateway admin address (/metrics)")
+	decision := fs.String("decision-listen", "127.0.0.1:8070", "gateway decision API address (POST /v1/check)")
 	upstream := fs.String("upstream-listen", "127.0.0.1:3000", "demo upstream address")
 	lf := addLogFlags(fs)
 	if code := fs.parse(args); code >= 0 {
@@ -342,6 +346,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Listen, cfg.AdminListen, cfg.Upstream = *listen, *admin, "http://"+upLn.Addr().String()
+	cfg.DecisionAPI.Listen = *decision
 	g, err := gateway.New(cfg, "", log)
 	if err != nil {
 		upLn.Close()
@@ -351,14 +356,18 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if err := g.Listen(); err != nil {
 		upLn.Close()
 		g.Close()
-		fmt.Fprintln(stderr, "sluice demo:", err, "(pick others with --listen and --admin-listen)")
+		fmt.Fprintln(stderr, "sluice demo:", err, "(pick others with --listen, --admin-listen and --decision-listen)")
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() { _ = serveUntil(ctx, upLn, demo.Handler()) }()
 	traffic, adminAddr := g.Addrs()
-	fmt.Fprint(stdout, demoBanner(traffic.String(), adminAddr.String(), upLn.Addr().String()))
+	decisionAddr := "off"
+	if a := g.DecisionAddr(); a != nil {
+		decisionAddr = a.String()
+	}
+	fmt.Fprint(stdout, demoBanner(traffic.String(), adminAddr.String(), decisionAddr, upLn.Addr().String()))
 	if err := g.Serve(ctx, 5*time.Second); err != nil {
 		fmt.Fprintln(stderr, "sluice demo:", err)
 		return 1
@@ -366,11 +375,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func demoBanner(traffic, admin, upstream string) string {
-	r := strings.NewReplacer("GW", traffic, "ADMIN", admin, "UP", upstream)
+func demoBanner(traffic, admin, decision, upstream string) string {
+	r := strings.NewReplacer("GW", traffic, "ADMIN", admin, "DECIDE", decision, "UP", upstream)
 	return r.Replace(`
-sluice demo: gateway http://GW  ->  demo upstream http://UP
-             admin   http://ADMIN/metrics
+sluice demo: gateway  http://GW  ->  demo upstream http://UP
+             decision http://DECIDE/v1/check
+             admin    http://ADMIN/metrics
 
 Products allow a burst of 5, then 1 per second per client. Watch the 200s
 turn into 429s:
@@ -386,9 +396,9 @@ Payments are tighter (burst 2, 2 a minute); searches are paced, not rejected:
   for i in $(seq 1 3); do curl -s -o /dev/null -w '%{http_code}\n' -X POST http://GW/payments/7; done
   for i in $(seq 1 5); do curl -s -o /dev/null -w '%{http_code} after %{time_total}s\n' 'http://GW/search?q=x'; done
 
-Ask the decision API, as a service in any language would:
+Ask the decision API on its own listener, as a service in any language would:
 
-  curl -s -X POST http://GW/v1/check -d '{"policy":"products","key":"user-1024","cost":1}'
+  curl -s -X POST http://DECIDE/v1/check -H 'Content-Type: application/json' -d '{"policy":"products","key":"user-1024","cost":1}'
 
 Decisions in the metrics:
 

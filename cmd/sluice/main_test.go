@@ -125,6 +125,7 @@ type server struct {
 	cmd      *exec.Cmd
 	traffic  string
 	admin    string
+	decision string
 	mu       sync.Mutex
 	log      bytes.Buffer
 	exited   chan struct{}
@@ -159,8 +160,8 @@ func startServe(t *testing.T, configPath string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
-	re := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+)`)
+	addrs := make(chan [3]string, 1)
+	re := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+) decision_listen=(\S+)`)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -169,7 +170,7 @@ func startServe(t *testing.T, configPath string) *server {
 			s.log.WriteString(line + "\n")
 			s.mu.Unlock()
 			if m := re.FindStringSubmatch(line); m != nil {
-				addrs <- [2]string{m[1], m[2]}
+				addrs <- [3]string{m[1], m[2], m[3]}
 			}
 		}
 		_ = s.cmd.Wait()
@@ -186,7 +187,7 @@ func startServe(t *testing.T, configPath string) *server {
 	})
 	select {
 	case a := <-addrs:
-		s.traffic, s.admin = "http://"+a[0], "http://"+a[1]
+		s.traffic, s.admin, s.decision = "http://"+a[0], "http://"+a[1], "http://"+a[2]
 	case <-s.exited:
 		t.Fatalf("sluice serve exited %d:\n%s", s.exitCode, s.logs())
 	case <-time.After(20 * time.Second):
@@ -220,6 +221,7 @@ func send(t *testing.T, method, url, body string, header ...string) (*http.Respo
 
 const e2eConfig = `listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+decision_api: {listen: 127.0.0.1:0}
 upstream: %s
 policies:
   - name: products
@@ -286,7 +288,7 @@ func TestServe(t *testing.T) {
 		{`{"policy":"products","key":"k","extra":1}`, 400, `unknown field`},
 		{`[1,2]`, 400, `"error":"invalid_request"`},
 	} {
-		resp, body := send(t, "POST", s.traffic+"/v1/check", tc.body)
+		resp, body := send(t, "POST", s.decision+"/v1/check", tc.body, "Content-Type", "application/json")
 		if resp.StatusCode != tc.status || !strings.Contains(body, tc.want) || resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("/v1/check %s: %d %s; want %d with %s", tc.body, resp.StatusCode, body, tc.status, tc.want)
 		}
@@ -297,8 +299,12 @@ func TestServe(t *testing.T) {
 			}
 		}
 	}
-	if resp, _ := get(t, s.traffic+"/v1/check"); resp.StatusCode != http.StatusMethodNotAllowed {
+	if resp, _ := get(t, s.decision+"/v1/check"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /v1/check: %d", resp.StatusCode)
+	}
+	// On the traffic listener /v1/check is the upstream's, like any path.
+	if resp, body := send(t, "POST", s.traffic+"/v1/check", `{"policy":"products","key":"user-1024"}`, "Content-Type", "application/json"); resp.StatusCode != 404 || strings.Contains(body, "allowed") {
+		t.Errorf("POST /v1/check on the traffic listener: %d %s; want the demo upstream's 404", resp.StatusCode, body)
 	}
 
 	// Admin listener.
@@ -352,10 +358,11 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// TestServeDecisionAPIOnly: without an upstream only /v1/check is served.
+// TestServeDecisionAPIOnly: without an upstream only /v1/check is served,
+// on the decision listener.
 func TestServeDecisionAPIOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	data := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n"
+	data := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n"
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +370,7 @@ func TestServeDecisionAPIOnly(t *testing.T) {
 	if resp, body := get(t, s.traffic+"/anything"); resp.StatusCode != 404 || !strings.Contains(body, "no upstream") {
 		t.Fatalf("no upstream: %d %s", resp.StatusCode, body)
 	}
-	if resp, body := send(t, "POST", s.traffic+"/v1/check", `{"policy":"api","key":"k"}`); resp.StatusCode != 200 || !strings.Contains(body, `"allowed":true`) {
+	if resp, body := send(t, "POST", s.decision+"/v1/check", `{"policy":"api","key":"k"}`, "Content-Type", "application/json"); resp.StatusCode != 200 || !strings.Contains(body, `"allowed":true`) {
 		t.Fatalf("decision API: %d %s", resp.StatusCode, body)
 	}
 	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -378,7 +385,7 @@ func TestServeDecisionAPIOnly(t *testing.T) {
 // TestDemo runs `sluice demo` as the README does and sees the products
 // policy turn 200s into 429s.
 func TestDemo(t *testing.T) {
-	cmd := exec.Command(binary, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream-listen", "127.0.0.1:0")
+	cmd := exec.Command(binary, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--decision-listen", "127.0.0.1:0", "--upstream-listen", "127.0.0.1:0")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -391,22 +398,23 @@ func TestDemo(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	re := regexp.MustCompile(`gateway (http://\S+)`)
+	re := regexp.MustCompile(`(gateway|decision|admin) +(http://[^/\s]+)`)
 	sc := bufio.NewScanner(stdout)
-	var gw string
+	addr := make(map[string]string)
 	var banner strings.Builder
 	for sc.Scan() {
 		banner.WriteString(sc.Text() + "\n")
 		if m := re.FindStringSubmatch(sc.Text()); m != nil {
-			gw = m[1]
+			addr[m[1]] = m[2]
 		}
 		if strings.Contains(sc.Text(), "Ctrl-C") {
 			break
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	if gw == "" {
-		t.Fatalf("no gateway address in the banner:\n%s", banner.String())
+	gw, decision := addr["gateway"], addr["decision"]
+	if gw == "" || decision == "" || addr["admin"] == "" {
+		t.Fatalf("no gateway, decision or admin address in the banner:\n%s", banner.String())
 	}
 	if !strings.Contains(banner.String(), "curl -s -o /dev/null -w '%{http_code}\\n' "+gw+"/products/42") {
 		t.Errorf("the banner does not say what to curl:\n%s", banner.String())
@@ -419,4 +427,51 @@ func TestDemo(t *testing.T) {
 	if fmt.Sprint(codes[:5]) != "[200 200 200 200 200]" || codes[6] != 429 {
 		t.Fatalf("demo statuses %v, want 200s turning into 429s", codes)
 	}
+	if !strings.Contains(banner.String(), "curl -s -X POST "+decision+"/v1/check -H 'Content-Type: application/json'") {
+		t.Errorf("the banner does not show the decision API on its listener:\n%s", banner.String())
+	}
+	// Every curl line of the README and of docs/http.md's "Try it" runs
+	// against this demo, its default addresses swapped for the ones it got.
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed to try the README's commands:", err)
+	}
+	ports := strings.NewReplacer("http://127.0.0.1:8080", gw, "http://127.0.0.1:8070", decision, "http://127.0.0.1:9090", addr["admin"])
+	for _, doc := range []string{"../../README.md", "../../docs/http.md"} {
+		lines := curlLines(t, doc)
+		if len(lines) == 0 {
+			t.Fatalf("%s: no curl lines against the demo", doc)
+		}
+		for _, line := range lines {
+			out, err := exec.Command("sh", "-c", ports.Replace(line)).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: %s: %v\n%s", doc, line, err, out)
+			}
+			if strings.Contains(line, "/v1/check") && !strings.Contains(string(out), `"allowed":true`) {
+				t.Errorf("%s: %s: %s; want an allowed decision", doc, line, out)
+			}
+		}
+	}
+}
+
+// curlLines returns the lines of the first sh block after "demo" in doc
+// that call curl on the demo's default addresses.
+func curlLines(t *testing.T, doc string) []string {
+	t.Helper()
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	inBlock := false
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			inBlock = true
+		case strings.HasPrefix(line, "```"):
+			inBlock = false
+		case inBlock && strings.Contains(line, "curl ") && strings.Contains(line, "http://127.0.0.1:80"):
+			lines = append(lines, line)
+		}
+	}
+	return lines
 }

@@ -1,7 +1,9 @@
 // Package gateway is `sluice serve`: the reverse proxy that applies a
-// configuration's policies in front of an upstream, the decision API
-// (POST /v1/check) for services that do not sit behind it, and the admin
-// listener (/metrics, /healthz, /readyz).
+// configuration's policies in front of an upstream (the traffic listener),
+// the decision API (POST /v1/check) for services that do not sit behind it,
+// on a listener of its own and optionally behind a bearer token, and the
+// admin listener (/metrics, /healthz, /readyz). Each listener bounds what a
+// client can hold of it (limits.go).
 //
 // The configuration is swapped atomically on Reload; a request in flight
 // finishes under the configuration it started with. The store is built
@@ -57,8 +59,11 @@ type Gateway struct {
 	state atomic.Pointer[state]
 	mu    sync.Mutex // serialises Reload
 
-	traffic, admin     *http.Server
-	trafficLn, adminLn net.Listener
+	traffic, admin, decision       *http.Server
+	trafficLn, adminLn, decisionLn net.Listener
+
+	trafficFlight, decisionFlight *inFlight // requests in flight per listener
+	rejections                    *prometheus.CounterVec
 }
 
 // state is what a configuration compiles to.
@@ -86,6 +91,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
+	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
 		return nil, err
 	}
@@ -262,18 +268,25 @@ func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix) http.Handler {
 }
 
 func noUpstream(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, "not_found", "no upstream is configured; this gateway serves only POST /v1/check")
+	writeError(w, http.StatusNotFound, "not_found", "no upstream is configured; this gateway serves only the decision API, on its own listener")
 }
 
-// ServeHTTP serves the traffic listener: the decision API and, for every
-// other path, the policies in front of the upstream.
+// ServeHTTP serves the traffic listener: the policies in front of the
+// upstream, within the bounds of the server section. /v1/check is the
+// decision API here only with decision_api.on_traffic_listener; otherwise
+// it goes to the upstream like any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.trafficFlight.acquire() {
+		g.trafficFlight.overloaded(w)
+		return
+	}
+	defer g.trafficFlight.release()
 	st := g.state.Load()
-	if r.URL.Path == "/v1/check" {
+	if r.URL.Path == "/v1/check" && st.cfg.DecisionAPI.OnTrafficListener {
 		g.serveCheck(w, r, st)
 		return
 	}
-	st.handler.ServeHTTP(w, r)
+	g.serveTraffic(w, r, st)
 }
 
 // Admin returns the handler of the admin listener.
@@ -348,12 +361,14 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 	if !reflect.DeepEqual(old.Store, cfg.Store) {
 		g.log.Warn("sluice: the store section changed; it applies at the next restart", "file", g.path)
 	}
-	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen {
+	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen || old.DecisionAPI.Listen != cfg.DecisionAPI.Listen {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
+	warnRestartServer(g.log, g.path, old, cfg)
 }
 
-// Listen opens the traffic and admin listeners of the configuration.
+// Listen opens the traffic, admin and decision listeners of the
+// configuration (the last unless decision_api.listen is off).
 func (g *Gateway) Listen() error {
 	cfg := g.Config()
 	var err error
@@ -364,31 +379,55 @@ func (g *Gateway) Listen() error {
 		g.trafficLn.Close()
 		return fmt.Errorf("admin_listen: %w", err)
 	}
+	if cfg.DecisionAPI.Listen != config.DecisionListenOff {
+		if g.decisionLn, err = net.Listen("tcp", cfg.DecisionAPI.Listen); err != nil {
+			g.trafficLn.Close()
+			g.adminLn.Close()
+			return fmt.Errorf("decision_api.listen: %w", err)
+		}
+	}
 	return nil
 }
 
-// Addrs returns the addresses the listeners are bound to.
+// Addrs returns the addresses the traffic and admin listeners are bound to.
 func (g *Gateway) Addrs() (traffic, admin net.Addr) {
 	return g.trafficLn.Addr(), g.adminLn.Addr()
+}
+
+// DecisionAddr returns the address of the decision listener, or nil when
+// decision_api.listen is off.
+func (g *Gateway) DecisionAddr() net.Addr {
+	if g.decisionLn == nil {
+		return nil
+	}
+	return g.decisionLn.Addr()
 }
 
 // Serve serves on the listeners of Listen until ctx ends, then shuts down
 // gracefully: it stops accepting, lets requests in flight finish (for up to
 // grace), and closes the store.
 func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
-	errLog := slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)
-	g.traffic = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
-	g.admin = &http.Server{Handler: g.Admin(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	cfg := g.Config()
+	g.traffic = newServer(g, cfg.Server, g.log)
+	g.admin = newServer(g.Admin(), cfg.Server, g.log)
 	mode := "reverse proxy to " + cfg.Upstream
 	if cfg.Upstream == "" {
 		mode = "decision API only (no upstream)"
 	}
+	decisionAddr := "off"
+	if g.decisionLn != nil {
+		decisionAddr = g.decisionLn.Addr().String()
+	}
 	g.log.Info("sluice: serving", "listen", g.trafficLn.Addr().String(), "admin_listen", g.adminLn.Addr().String(),
+		"decision_listen", decisionAddr, "decision_api_on_traffic_listener", cfg.DecisionAPI.OnTrafficListener,
 		"mode", mode, "store", cfg.Store.Type, "policies", len(cfg.Policies))
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- g.traffic.Serve(g.trafficLn) }()
 	go func() { errc <- g.admin.Serve(g.adminLn) }()
+	if g.decisionLn != nil {
+		g.decision = newServer(g.Decision(), cfg.Server, g.log)
+		go func() { errc <- g.decision.Serve(g.decisionLn) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -399,95 +438,19 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	e1 := g.traffic.Shutdown(sctx)
 	e2 := g.admin.Shutdown(sctx)
+	var e3 error
+	if g.decision != nil {
+		e3 = g.decision.Shutdown(sctx)
+	}
 	_ = g.closeStore()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return errors.Join(e1, e2)
+	return errors.Join(e1, e2, e3)
 }
 
 // Close releases the store of a gateway that never served.
 func (g *Gateway) Close() error { return g.closeStore() }
-
-type checkRequest struct {
-	Policy string `json:"policy"`
-	Key    string `json:"key"`
-	Cost   *int64 `json:"cost"`
-}
-
-type checkResponse struct {
-	Allowed      bool   `json:"allowed"`
-	Policy       string `json:"policy"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
-	ResetAfterMs int64  `json:"reset_after_ms"`
-	DelayMs      int64  `json:"delay_ms,omitempty"`
-	StoreError   bool   `json:"store_error,omitempty"`
-}
-
-// serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
-func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body such as {\"policy\":\"payments\",\"key\":\"user-1024\",\"cost\":1}")
-		return
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	var req checkRequest
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "the body is not a JSON object of policy, key and cost: "+err.Error())
-		return
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "invalid_request", "the body holds more than one JSON value")
-		return
-	}
-	switch {
-	case req.Policy == "":
-		writeError(w, http.StatusBadRequest, "invalid_request", "policy is missing; want the name of a configured policy")
-		return
-	case req.Key == "":
-		writeError(w, http.StatusBadRequest, "invalid_request", "key is missing; want the caller's identity, such as user-1024")
-		return
-	case len(req.Key) > 1024:
-		writeError(w, http.StatusBadRequest, "invalid_request", "key is longer than 1024 bytes")
-		return
-	case req.Cost != nil && *req.Cost < 0:
-		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("cost %d: want 0 or more (0 only inspects)", *req.Cost))
-		return
-	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
-	}
-	res, err := st.limiter.Check(r.Context(), req.Policy, req.Key, cost)
-	switch {
-	case errors.Is(err, httplimit.ErrUnknownPolicy):
-		writeError(w, http.StatusBadRequest, "unknown_policy", fmt.Sprintf("no policy is named %q; configured: %v", req.Policy, st.limiter.Policies()))
-		return
-	case errors.Is(err, sluice.ErrCostExceedsBurst), errors.Is(err, sluice.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	case err != nil:
-		if st.limiter.FailsClosed(req.Policy) {
-			writeError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the store cannot decide right now and the policy fails closed")
-			return
-		}
-		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true})
-		return
-	}
-	writeJSON(w, http.StatusOK, checkResponse{
-		Allowed:      res.Allowed,
-		Policy:       req.Policy,
-		Limit:        res.Limit,
-		Remaining:    res.Remaining,
-		RetryAfterMs: ceilMs(res.RetryAfter),
-		ResetAfterMs: ceilMs(res.ResetAfter),
-		DelayMs:      ceilMs(res.Delay),
-	})
-}
 
 func ceilMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)

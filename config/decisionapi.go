@@ -1,0 +1,80 @@
+package config
+
+import (
+	"os"
+	"strings"
+)
+
+// DecisionAPI places the decision API (POST /v1/check, SPEC §4). It has a
+// listener of its own and is not served on the traffic listener unless
+// OnTrafficListener says so: there, anyone who can reach the proxy could
+// read and drain every caller's bucket.
+type DecisionAPI struct {
+	// Listen is the decision listener's HOST:PORT; default 127.0.0.1:8070.
+	// "off" opens no decision listener.
+	Listen string `yaml:"listen"`
+	// TokenFile holds a bearer token every call must carry
+	// (Authorization: Bearer TOKEN); surrounding white space is trimmed.
+	// Relative to the configuration file. Empty: no token.
+	TokenFile string `yaml:"token_file"`
+	// OnTrafficListener also serves /v1/check on the traffic listener,
+	// where it hides the upstream's own /v1/check. Default false.
+	OnTrafficListener bool `yaml:"on_traffic_listener"`
+
+	token []byte // read from TokenFile by Load
+}
+
+// DecisionListenOff is the value of decision_api.listen that opens no
+// decision listener.
+const DecisionListenOff = "off"
+
+// maxTokenBytes bounds a token file; a token is a line, not a document.
+const maxTokenBytes = 4096
+
+// Token returns the bearer token read from TokenFile, or nil when none is
+// configured.
+func (d *DecisionAPI) Token() []byte { return d.token }
+
+// Enabled reports whether the decision API is served anywhere.
+func (d *DecisionAPI) Enabled() bool {
+	return d.Listen != DecisionListenOff || d.OnTrafficListener
+}
+
+func (d *DecisionAPI) defaults() {
+	if d.Listen == "" {
+		d.Listen = "127.0.0.1:8070"
+	}
+}
+
+func (v *validator) decisionAPI() {
+	d := &v.c.DecisionAPI
+	if d.Listen != DecisionListenOff {
+		v.hostPort("decision_api.listen", d.Listen)
+		if (d.Listen == v.c.Listen || d.Listen == v.c.AdminListen) && !strings.HasSuffix(d.Listen, ":0") {
+			v.fail("decision_api.listen", "%q is also the traffic or admin listener; want an address of its own (or on_traffic_listener: true to serve /v1/check beside the proxy)", d.Listen)
+		}
+	}
+	if d.TokenFile == "" {
+		return
+	}
+	path := v.path(d.TokenFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case err != nil:
+		v.fail("decision_api.token_file", "cannot read the token: %v", err)
+	case len(data) > maxTokenBytes:
+		v.fail("decision_api.token_file", "%s is %d bytes; want one token of at most %d bytes", path, len(data), maxTokenBytes)
+	default:
+		token := strings.TrimSpace(string(data))
+		switch {
+		case token == "":
+			v.fail("decision_api.token_file", "%s is empty; want a token such as the output of: openssl rand -hex 32", path)
+		case len(token) < 16:
+			v.fail("decision_api.token_file", "the token is %d bytes; want at least 16 (openssl rand -hex 32 makes one)", len(token))
+		case strings.ContainsAny(token, " \t\r\n") || !isPrintable(token):
+			v.fail("decision_api.token_file", "the token holds white space or non-printable bytes; want one line of printable ASCII that can follow \"Bearer \"")
+		default:
+			d.token = []byte(token)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// The decision API: POST /v1/check on the decision listener (and on the
+// traffic listener only with decision_api.on_traffic_listener). It decides
+// through the same httplimit.Limiter as the proxy, so a key here is the
+// bucket of that identity's proxied requests: which is why it sits behind
+// its own listener and, optionally, a bearer token.
+
+// maxCheckBody bounds a /v1/check body; the three fields need far less.
+const maxCheckBody = 64 << 10
+
+// maxCheckKey bounds the key, in bytes.
+const maxCheckKey = 1024
+
+// Decision returns the handler of the decision listener.
+func (g *Gateway) Decision() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
+		g.serveCheck(w, r, g.state.Load())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "the decision listener serves POST /v1/check")
+	})
+	return g.decisionFlight.guard(mux)
+}
+
+type checkRequest struct {
+	Policy string
+	Key    string
+	Cost   *int64
+}
+
+type checkResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Policy       string `json:"policy"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	DelayMs      int64  `json:"delay_ms,omitempty"`
+	// StoreError: the store did not take part (it failed), and DecidedBy
+	// says what decided instead.
+	StoreError bool   `json:"store_error,omitempty"`
+	DecidedBy  string `json:"decided_by"`
+}
+
+// serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
+// The order of the checks matters: a caller without the token learns
+// nothing, not even which methods or bodies would be accepted.
+func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) {
+	token := st.cfg.DecisionAPI.Token()
+	authorized := false
+	if token != nil {
+		if !bearerMatches(r.Header.Get("Authorization"), token) {
+			g.rejected("decision", "unauthorized")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "this API needs Authorization: Bearer TOKEN")
+			return
+		}
+		authorized = true
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use POST with a JSON body such as {\"policy\":\"payments\",\"key\":\"user-1024\",\"cost\":1}")
+		return
+	}
+	if !isJSON(r.Header.Get("Content-Type")) {
+		w.Header().Set("Accept-Post", "application/json")
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: application/json")
+		return
+	}
+	body, status, err := readBody(w, r, maxCheckBody)
+	if err != nil {
+		g.rejected("decision", rejectReason(status))
+		writeError(w, status, errorCode(status), err.Error())
+		return
+	}
+	req, err := parseCheck(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	switch {
+	case req.Policy == "":
+		writeError(w, http.StatusBadRequest, "invalid_request", "policy is missing; want the name of a configured policy")
+		return
+	case req.Key == "":
+		writeError(w, http.StatusBadRequest, "invalid_request", "key is missing; want the caller's identity, such as user-1024")
+		return
+	case len(req.Key) > maxCheckKey:
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("key is longer than %d bytes", maxCheckKey))
+		return
+	case req.Cost != nil && *req.Cost < 0:
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("cost %d: want 0 or more (0 only inspects)", *req.Cost))
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	res, err := st.limiter.Check(r.Context(), req.Policy, req.Key, cost)
+	switch {
+	case errors.Is(err, httplimit.ErrUnknownPolicy):
+		msg := fmt.Sprintf("no policy is named %q", req.Policy)
+		if authorized {
+			// Only a caller that proved it holds the token is told the
+			// configuration.
+			msg += fmt.Sprintf("; configured: %v", st.limiter.Policies())
+		}
+		writeError(w, http.StatusBadRequest, "unknown_policy", msg)
+		return
+	case errors.Is(err, sluice.ErrCostExceedsBurst), errors.Is(err, sluice.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	case err != nil:
+		if st.limiter.FailsClosed(req.Policy) {
+			writeError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the store cannot decide right now and the policy fails closed")
+			return
+		}
+		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true, DecidedBy: sluice.ByOpen.String()})
+		return
+	}
+	writeJSON(w, http.StatusOK, checkResponse{
+		Allowed:      res.Allowed,
+		Policy:       req.Policy,
+		Limit:        res.Limit,
+		Remaining:    res.Remaining,
+		RetryAfterMs: ceilMs(res.RetryAfter),
+		ResetAfterMs: ceilMs(res.ResetAfter),
+		DelayMs:      ceilMs(res.Delay),
+		StoreError:   res.DecidedBy.Degraded(),
+		DecidedBy:    res.DecidedBy.String(),
+	})
+}
+
+// bearerMatches reports whether an Authorization header carries token. The
+// comparison is of SHA-256 digests in constant time, so neither the
+// token's bytes nor its length leak through timing.
+func bearerMatches(header string, token []byte) bool {
+	scheme, got, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	a := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	b := sha256.Sum256(token)
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// isJSON reports whether a Content-Type is application/json (in UTF-8, the
+// only charset JSON has). Anything else, form and text types included, is
+// refused: a browser cannot send application/json to another origin
+// without a CORS preflight, which this API never answers.
+func isJSON(ctype string) bool {
+	mt, params, err := mime.ParseMediaType(ctype)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	cs, ok := params["charset"]
+	return !ok || strings.EqualFold(cs, "utf-8")
+}
+
+// parseCheck reads the body of /v1/check strictly: one JSON object whose
+// field names are exactly policy, key and cost, each at most once, with
+// strings that are valid UTF-8. encoding/json would match names without
+// case, let the last of two win, and turn invalid UTF-8 and lone
+// surrogates into U+FFFD, so that different keys would share a bucket;
+// here each is an error.
+func parseCheck(body []byte) (checkRequest, error) {
+	var req checkRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return req, syntaxError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return req, errors.New(`the body is not a JSON object; want {"policy":"payments","key":"user-1024","cost":1}`)
+	}
+	var seen [3]bool
+	for dec.More() {
+		start := dec.InputOffset()
+		if _, err := dec.Token(); err != nil {
+			return req, syntaxError(err)
+		}
+		name, ok := rawString(body[start:dec.InputOffset()])
+		if !ok {
+			return req, errors.New("a field name is not valid UTF-8 (or holds a lone surrogate escape)")
+		}
+		field := -1
+		switch name {
+		case "policy":
+			field = 0
+		case "key":
+			field = 1
+		case "cost":
+			field = 2
+		default:
+			return req, fmt.Errorf("unknown field %q; want policy, key and cost, spelt exactly so", truncate(name))
+		}
+		if seen[field] {
+			return req, fmt.Errorf("field %q is given twice; give it once", name)
+		}
+		seen[field] = true
+		start = dec.InputOffset()
+		val, err := dec.Token()
+		if err != nil {
+			return req, syntaxError(err)
+		}
+		switch field {
+		case 0, 1:
+			if _, ok := val.(string); !ok {
+				return req, fmt.Errorf("%s: want a string", name)
+			}
+			s, ok := rawString(body[start:dec.InputOffset()])
+			if !ok {
+				return req, fmt.Errorf("%s is not valid UTF-8 (or holds a lone surrogate escape such as \\ud800); send the identity as UTF-8 text", name)
+			}
+			if field == 0 {
+				req.Policy = s
+			} else {
+				req.Key = s
+			}
+		case 2:
+			if val == nil {
+				continue // null: the policy's cost
+			}
+			num, ok := val.(json.Number)
+			if !ok {
+				return req, errors.New("cost: want an integer of 0 or more")
+			}
+			n, err := strconv.ParseInt(num.String(), 10, 64)
+			if err != nil {
+				return req, fmt.Errorf("cost %s: want an integer of 0 or more", truncate(num.String()))
+			}
+			req.Cost = &n
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return req, syntaxError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("the body holds more than one JSON value")
+	}
+	return req, nil
+}
+
+func syntaxError(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("the body ends before its JSON object does")
+	}
+	return fmt.Errorf("the body is not valid JSON: %v", err)
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// rawString decodes the JSON string literal at the end of seg (which may
+// begin with the white space, comma or colon before it) as JSON's
+// grammar has it, refusing what encoding/json would silently replace by
+// U+FFFD: bytes that are not UTF-8, and \u escapes of a surrogate that is
+// not half of a pair. The decoder has already checked the literal's syntax.
+func rawString(seg []byte) (string, bool) {
+	s := bytes.TrimLeft(seg, " \t\r\n,:")
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", false
+	}
+	s = s[1 : len(s)-1]
+	if !utf8.Valid(s) {
+		return "", false
+	}
+	if bytes.IndexByte(s, '\\') < 0 {
+		return string(s), true
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		if i+1 >= len(s) {
+			return "", false
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			b.WriteByte(s[i+1])
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r, ok := hex4(s[i+2:])
+			if !ok {
+				return "", false
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if r >= 0xDC00 { // a low surrogate with no high one before it
+					return "", false
+				}
+				if i+1 >= len(s) || s[i] != '\\' || s[i+1] != 'u' {
+					return "", false
+				}
+				lo, ok := hex4(s[i+2:])
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return "", false
+				}
+				r = utf16.DecodeRune(r, lo)
+				i += 6
+			}
+			b.WriteRune(r)
+			continue
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}
+
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

@@ -1,0 +1,360 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// served is a gateway serving on real loopback listeners, in process.
+type served struct {
+	g                        *Gateway
+	traffic, decision, admin string // http://host:port
+}
+
+// serve runs the configuration (its listen fields are set to free ports
+// here) until the test ends. dir holds files the configuration names.
+func serve(t testing.TB, dir, yaml string) *served {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	yaml = "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\n" + yaml
+	if !strings.Contains(yaml, "decision_api:") {
+		yaml += "decision_api: {listen: 127.0.0.1:0}\n"
+	}
+	cfg, err := config.Parse("test.yaml", dir, []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Listen(); err != nil {
+		g.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, 5*time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	traffic, admin := g.Addrs()
+	s := &served{g: g, traffic: "http://" + traffic.String(), admin: "http://" + admin.String()}
+	if a := g.DecisionAddr(); a != nil {
+		s.decision = "http://" + a.String()
+	}
+	return s
+}
+
+// post sends body to url with the headers given as name, value pairs.
+func post(t testing.TB, url, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+const jsonType = "application/json"
+
+// remaining reads a key's bucket with cost 0 (authorized by header).
+func remaining(t *testing.T, url, policy, key string, header ...string) int64 {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"policy": policy, "key": key, "cost": 0})
+	resp, b := post(t, url+"/v1/check", string(body), append([]string{"Content-Type", jsonType}, header...)...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("read %s/%s: %d %s", policy, key, resp.StatusCode, b)
+	}
+	var r checkResponse
+	if err := json.Unmarshal([]byte(b), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Remaining
+}
+
+const tokenPolicies = `policies:
+  - name: products
+    match: "GET /products/"
+    anonymous: [{rate: 1/h, burst: 3}]
+  - name: secret-internal-policy
+    match: "POST /internal/"
+    anonymous: [{rate: 1/h, burst: 3}]
+`
+
+// TestDecisionAPINeedsItsToken: with a token configured, a caller without
+// it (none, wrong, another scheme, the token with a suffix) can neither
+// read a bucket (cost 0), drain one (cost 2) nor learn a policy's name,
+// on the decision listener or on the traffic listener where the
+// configuration put it too; the bucket is untouched afterwards. With the
+// token it works as it did.
+func TestDecisionAPINeedsItsToken(t *testing.T) {
+	dir := t.TempDir()
+	const token = "s3cr3t-0123456789abcdef"
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("  "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "decision_api: {listen: 127.0.0.1:0, token_file: token, on_traffic_listener: true}\n"+tokenPolicies)
+	bearer := []string{"Authorization", "Bearer " + token}
+	for _, url := range []string{s.decision, s.traffic} {
+		for _, auth := range [][]string{
+			nil,
+			{"Authorization", "Bearer wrong-token-0123456789"},
+			{"Authorization", "Basic " + token},
+			{"Authorization", token},
+			{"Authorization", "Bearer " + token + "x"},
+			{"Authorization", "Bearer " + token[:len(token)-1]},
+			{"X-API-Key", token},
+		} {
+			for _, body := range []string{
+				`{"policy":"products","key":"alice","cost":0}`,
+				`{"policy":"products","key":"alice","cost":2}`,
+				`{"policy":"nope","key":"alice"}`,
+				`{"policy":"products","key":"alice","cost":-1}`,
+			} {
+				resp, b := post(t, url+"/v1/check", body, append([]string{"Content-Type", jsonType}, auth...)...)
+				if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("%s %v %s: %d %q; want 401 with WWW-Authenticate: Bearer", url, auth, body, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+				}
+				if strings.Contains(b, "products") || strings.Contains(b, "secret-internal") || strings.Contains(b, "remaining") {
+					t.Errorf("401 body tells the configuration: %s", b)
+				}
+			}
+		}
+		// Another method or content type without the token: still 401.
+		req, _ := http.NewRequest("GET", url+"/v1/check", nil)
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+			t.Errorf("GET without token: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	if got := remaining(t, s.decision, "products", "alice", bearer...); got != 3 {
+		t.Fatalf("alice's bucket after the unauthorized calls: %d left, want 3 (untouched)", got)
+	}
+	// With the token: it decides, drains, and names the policies.
+	resp, b := post(t, s.decision+"/v1/check", `{"policy":"products","key":"alice","cost":2}`, "Content-Type", jsonType, bearer[0], bearer[1])
+	if resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) || !strings.Contains(b, `"remaining":1`) {
+		t.Fatalf("with the token: %d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, s.traffic+"/v1/check", `{"policy":"nope","key":"alice"}`, "Content-Type", jsonType, "authorization", "bearer "+token)
+	if resp.StatusCode != 400 || !strings.Contains(b, "unknown_policy") || !strings.Contains(b, "secret-internal-policy") {
+		t.Fatalf("unknown policy with the token: %d %s; want 400 naming the configured policies", resp.StatusCode, b)
+	}
+}
+
+// TestDecisionAPIWithoutToken: without a token configured the API works
+// as before on its listener, but an unknown policy is not answered with
+// the list of configured ones.
+func TestDecisionAPIWithoutToken(t *testing.T) {
+	s := serve(t, "", tokenPolicies)
+	resp, b := post(t, s.decision+"/v1/check", `{"policy":"nope","key":"alice"}`, "Content-Type", jsonType)
+	if resp.StatusCode != 400 || !strings.Contains(b, "unknown_policy") || strings.Contains(b, "products") || strings.Contains(b, "secret") {
+		t.Fatalf("unknown policy: %d %s; want 400 that names no configured policy", resp.StatusCode, b)
+	}
+	resp, b = post(t, s.decision+"/v1/check", `{"policy":"products","key":"alice","cost":1}`, "Content-Type", jsonType)
+	if resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true,"policy":"products","limit":3,"remaining":2`) || !strings.Contains(b, `"decided_by":"store"`) || strings.Contains(b, "store_error") {
+		t.Fatalf("check: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := post(t, s.decision+"/elsewhere", `{}`, "Content-Type", jsonType); resp.StatusCode != 404 || !strings.Contains(b, "not_found") {
+		t.Fatalf("another path on the decision listener: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestCheckOnTrafficListenerIsProxied: by default /v1/check on the traffic
+// listener is the upstream's own path: the upstream answers it, and no
+// bucket changes.
+func TestCheckOnTrafficListenerIsProxied(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+string(b))
+		mu.Unlock()
+		fmt.Fprint(w, "the upstream's own check")
+	}))
+	defer upstream.Close()
+	s := serve(t, "", "upstream: "+upstream.URL+"\n"+tokenPolicies)
+	for range 3 {
+		resp, b := post(t, s.traffic+"/v1/check", `{"policy":"products","key":"alice","cost":3}`, "Content-Type", jsonType)
+		if resp.StatusCode != 200 || b != "the upstream's own check" {
+			t.Fatalf("traffic /v1/check: %d %s; want the upstream's answer", resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	n := len(seen)
+	mu.Unlock()
+	if n != 3 || !strings.HasPrefix(seen[0], `POST /v1/check {"policy"`) {
+		t.Fatalf("the upstream saw %q", seen)
+	}
+	if got := remaining(t, s.decision, "products", "alice"); got != 3 {
+		t.Fatalf("alice's bucket: %d, want 3", got)
+	}
+}
+
+// TestDecisionAPIRefusesWhatItCannotReadStrictly: content types, sizes,
+// duplicate and case-variant names, and keys that are not UTF-8.
+func TestDecisionAPIRefusesWhatItCannotReadStrictly(t *testing.T) {
+	s := serve(t, "", "policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 100}]}\n")
+	url := s.decision + "/v1/check"
+	ok := `{"policy":"api","key":"k","cost":1}`
+	for _, tc := range []struct {
+		name, ctype, body string
+		status            int
+		want              string
+	}{
+		{"no content type", "", ok, 415, "unsupported_media_type"},
+		{"form", "application/x-www-form-urlencoded", ok, 415, "unsupported_media_type"},
+		{"text", "text/plain", ok, 415, "unsupported_media_type"},
+		{"multipart", "multipart/form-data; boundary=x", ok, 415, "unsupported_media_type"},
+		{"json in latin1", "application/json; charset=iso-8859-1", ok, 415, "unsupported_media_type"},
+		{"json+suffix", "application/vnd.api+json", ok, 415, "unsupported_media_type"},
+		{"json", "application/json", ok, 200, `"allowed":true`},
+		{"json utf-8", "Application/JSON; charset=UTF-8", ok, 200, `"allowed":true`},
+		{"whitespace past 64 KiB", jsonType, ok + strings.Repeat(" ", 64<<10), 413, "body_too_large"},
+		{"key past 64 KiB", jsonType, `{"policy":"api","key":"` + strings.Repeat("k", 64<<10) + `"}`, 413, "body_too_large"},
+		{"64 KiB exactly", jsonType, ok + strings.Repeat(" ", 64<<10-len(ok)), 200, `"allowed":true`},
+		{"duplicate key", jsonType, `{"policy":"api","key":"k","key":"other"}`, 400, "twice"},
+		{"case-variant key", jsonType, `{"policy":"api","key":"k","KEY":"other"}`, 400, "unknown field"},
+		{"case-variant only", jsonType, `{"Policy":"api","Key":"k"}`, 400, "unknown field"},
+		{"duplicate cost", jsonType, `{"policy":"api","key":"k","cost":1,"cost":0}`, 400, "twice"},
+		{"duplicate policy", jsonType, `{"policy":"api","policy":"x","key":"k"}`, 400, "twice"},
+		{"escaped name", jsonType, `{"policy":"api","k\u0065y":"k"}`, 200, `"allowed":true`},
+		{"lone high surrogate", jsonType, `{"policy":"api","key":"\ud800"}`, 400, "UTF-8"},
+		{"lone low surrogate", jsonType, `{"policy":"api","key":"\udfff"}`, 400, "UTF-8"},
+		{"reversed pair", jsonType, `{"policy":"api","key":"\udc00\ud800"}`, 400, "UTF-8"},
+		{"high then letter", jsonType, `{"policy":"api","key":"\ud800x"}`, 400, "UTF-8"},
+		{"raw 0xFF", jsonType, "{\"policy\":\"api\",\"key\":\"\xff\"}", 400, "UTF-8"},
+		{"raw 0xFF in a name", jsonType, "{\"policy\":\"api\",\"key\":\"k\",\"\xff\":1}", 400, "UTF-8"},
+		{"surrogate in policy", jsonType, `{"policy":"\ud800","key":"k"}`, 400, "UTF-8"},
+		{"two values", jsonType, ok + ok, 400, "more than one"},
+		{"array", jsonType, `[1,2]`, 400, "not a JSON object"},
+		{"cost float", jsonType, `{"policy":"api","key":"k","cost":1.5}`, 400, "integer"},
+		{"cost string", jsonType, `{"policy":"api","key":"k","cost":"1"}`, 400, "integer"},
+		{"cost huge", jsonType, `{"policy":"api","key":"k","cost":99999999999999999999}`, 400, "integer"},
+		{"cost null", jsonType, `{"policy":"api","key":"k","cost":null}`, 200, `"allowed":true`},
+		{"key object", jsonType, `{"policy":"api","key":{"a":1}}`, 400, "want a string"},
+		{"truncated", jsonType, `{"policy":"api","key":"k"`, 400, "invalid_request"},
+		{"empty", jsonType, ``, 400, "invalid_request"},
+	} {
+		var header []string
+		if tc.ctype != "" {
+			header = []string{"Content-Type", tc.ctype}
+		}
+		resp, b := post(t, url, tc.body, header...)
+		if resp.StatusCode != tc.status || !strings.Contains(b, tc.want) {
+			t.Errorf("%s: %d %.200s; want %d with %q", tc.name, resp.StatusCode, b, tc.status, tc.want)
+		}
+		if resp.Header.Get("Content-Type") != jsonType {
+			t.Errorf("%s: Content-Type %q", tc.name, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// TestInvalidUTF8KeysDoNotShareABucket: "\ud800", "\udfff" and a raw 0xFF
+// byte, which encoding/json would all read as U+FFFD, are refused and
+// charge nothing; U+FFFD itself, escaped or not, is a key of its own.
+func TestInvalidUTF8KeysDoNotShareABucket(t *testing.T) {
+	s := serve(t, "", "policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 10}]}\n")
+	url := s.decision + "/v1/check"
+	check := func(key string) (int, string) {
+		resp, b := post(t, url, `{"policy":"api","key":"`+key+`","cost":1}`, "Content-Type", jsonType)
+		return resp.StatusCode, b
+	}
+	if code, b := check(`\ufffd`); code != 200 || !strings.Contains(b, `"remaining":9`) {
+		t.Fatalf(`"\ufffd": %d %s`, code, b)
+	}
+	for _, bad := range []string{`\ud800`, `\udfff`, "\xff", `\ud800\ud800`, "\xed\xa0\x80"} {
+		if code, b := check(bad); code != 400 {
+			t.Errorf("%q: %d %s; want 400", bad, code, b)
+		}
+	}
+	if code, b := check("\xef\xbf\xbd"); code != 200 || !strings.Contains(b, `"remaining":8`) {
+		t.Fatalf("raw U+FFFD: %d %s; want the same bucket as \\ufffd, one more token spent", code, b)
+	}
+	if code, b := check(`\ud83d\ude00`); code != 200 || !strings.Contains(b, `"remaining":9`) {
+		t.Fatalf("a surrogate pair: %d %s; want a bucket of its own", code, b)
+	}
+	if code, b := check("😀"); code != 200 || !strings.Contains(b, `"remaining":8`) {
+		t.Fatalf("the same emoji in UTF-8: %d %s; want the pair's bucket", code, b)
+	}
+}
+
+// FuzzCheckBody: whatever the body, the decision API never panics and
+// never answers 500; a body it accepts reads the same with encoding/json.
+func FuzzCheckBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"policy":"api","key":"k","cost":1}`,
+		`{"policy":"api","key":"k","KEY":"other"}`,
+		`{"policy":"api","key":"\ud800"}`,
+		`{"policy":"api","key":"\ud83d\ude00","cost":0}`,
+		"{\"policy\":\"api\",\"key\":\"\xff\"}",
+		`{"policy":"api","key":"k","cost":null}`,
+		`{"policy":"api","key":"k"} {}`,
+		`{"policy":"api","key":"\"\\\/\b\f\n\r\t\u0000"}`,
+		`{"policy":"nope","key":"k","cost":99999999999999999999}`,
+		`[]`, `"x"`, `{`, ``, `{"policy":"api","key":"k","cost":-1e3}`,
+	} {
+		f.Add(seed)
+	}
+	cfg, err := config.Parse("fuzz.yaml", f.TempDir(), []byte("policies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { g.Close() })
+	h := g.Decision()
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(body))
+		req.Header.Set("Content-Type", jsonType)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code >= 500 {
+			t.Fatalf("%q: %d %s", body, w.Code, w.Body)
+		}
+		parsed, err := parseCheck([]byte(body))
+		if err != nil {
+			return
+		}
+		var std struct {
+			Policy string `json:"policy"`
+			Key    string `json:"key"`
+			Cost   *int64 `json:"cost"`
+		}
+		if err := json.Unmarshal([]byte(body), &std); err != nil {
+			t.Fatalf("%q: accepted here, refused by encoding/json: %v", body, err)
+		}
+		if std.Policy != parsed.Policy || std.Key != parsed.Key || (std.Cost == nil) != (parsed.Cost == nil) || std.Cost != nil && *std.Cost != *parsed.Cost {
+			t.Fatalf("%q: read as %+v here, %+v by encoding/json", body, parsed, std)
+		}
+	})
+}

@@ -1,0 +1,276 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// The gateway's protection of its own (SPEC §4): whatever a client does,
+// it holds at most a bounded share of the process. Headers must arrive
+// within read_header_timeout and a whole request within read_timeout
+// (http.Server's own deadlines, set in newServer); bodies are bounded
+// (max_body_bytes for the proxy, 64 KiB for the decision API); and each
+// listener serves at most max_in_flight requests at once, paced requests
+// being held included, answering 503 beyond.
+
+// newServer is an http.Server for h with the timeouts and header bound of s.
+func newServer(h http.Handler, s config.Server, errLog *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.ReadHeaderTimeout,
+		ReadTimeout:       s.ReadTimeout,
+		WriteTimeout:      s.WriteTimeout,
+		IdleTimeout:       s.IdleTimeout,
+		MaxHeaderBytes:    s.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(errLog.Handler(), slog.LevelWarn),
+	}
+}
+
+// inFlight bounds the requests a listener serves at once.
+type inFlight struct {
+	n        atomic.Int64
+	max      int64
+	listener string
+	g        *Gateway
+}
+
+func (f *inFlight) acquire() bool {
+	if f.n.Add(1) > f.max {
+		f.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (f *inFlight) release() { f.n.Add(-1) }
+
+// guard serves h within the bound, and answers 503 beyond it.
+func (f *inFlight) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.acquire() {
+			f.overloaded(w)
+			return
+		}
+		defer f.release()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// overloaded answers a request beyond the bound: 503 with Retry-After, and
+// the connection closed, so that what it had not yet sent is not read.
+func (f *inFlight) overloaded(w http.ResponseWriter) {
+	f.g.rejected(f.listener, "in_flight")
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Connection", "close")
+	writeError(w, http.StatusServiceUnavailable, "overloaded", "the gateway is serving as many requests as it may at once; retry shortly")
+}
+
+// initLimits sets up the bounds of cfg's server section. They are read
+// once: a change applies at the next restart.
+func (g *Gateway) initLimits(cfg *config.Config) {
+	g.trafficFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "traffic", g: g}
+	g.decisionFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "decision", g: g}
+	g.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_server_rejections_total",
+		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision) and reason (in_flight, body_too_large, read_timeout, unauthorized).",
+	}, []string{"listener", "reason"})
+	g.reg.MustRegister(g.rejections)
+}
+
+func (g *Gateway) rejected(listener, reason string) {
+	g.rejections.WithLabelValues(listener, reason).Inc()
+}
+
+// serveTraffic serves a request of the traffic listener through the
+// policies, its body bounded by server.max_body_bytes.
+func (g *Gateway) serveTraffic(w http.ResponseWriter, r *http.Request, st *state) {
+	limit := st.cfg.Server.BodyLimit()
+	if r.Body == nil || r.Body == http.NoBody {
+		st.handler.ServeHTTP(w, r)
+		return
+	}
+	if limit > 0 && r.ContentLength > limit {
+		g.rejected("traffic", "body_too_large")
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the request body is larger than %d bytes", limit))
+		return
+	}
+	body := &guardedBody{rc: r.Body}
+	if limit > 0 {
+		body.rc = http.MaxBytesReader(w, r.Body, limit)
+	}
+	r.Body = body
+	gw := &guardWriter{ResponseWriter: w, body: body, g: g}
+	st.handler.ServeHTTP(gw, r)
+}
+
+// guardedBody remembers why reading a request body failed, when it was
+// the gateway's own bound (too large, or too slow), so that the proxy's
+// "upstream failed" answer can be told as what it is.
+type guardedBody struct {
+	rc      io.ReadCloser
+	reading atomic.Int32 // reads under way
+	mu      sync.Mutex
+	why     int // 0, or the status that says why: 413 or 408
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	b.reading.Add(1)
+	n, err := b.rc.Read(p)
+	b.reading.Add(-1)
+	if err != nil && err != io.EOF {
+		if status := bodyErrorStatus(err); status != 0 {
+			b.mu.Lock()
+			if b.why == 0 {
+				b.why = status
+			}
+			b.mu.Unlock()
+		}
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error { return b.rc.Close() }
+
+func (b *guardedBody) failure() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.why
+}
+
+// failureAfterRead is failure once a read under way has returned. A read
+// that passes read_timeout cancels the request's context inside net/http
+// before it returns here, so the proxy may report the cancellation first;
+// the read is then a moment from returning. The wait is bounded all the
+// same.
+func (b *guardedBody) failureAfterRead() int {
+	for end := time.Now().Add(time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	return b.failure()
+}
+
+// bodyErrorStatus is 413 for a body past its bound, 408 for one that did
+// not arrive within read_timeout, 0 for any other error.
+func bodyErrorStatus(err error) int {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout
+	}
+	return 0
+}
+
+// guardWriter turns the proxy's 502 (or 499, when the read deadline
+// cancelled the request) into 413 or 408 when the upstream request failed
+// because the client's body broke one of the gateway's bounds.
+type guardWriter struct {
+	http.ResponseWriter
+	body     *guardedBody
+	g        *Gateway
+	replaced bool
+}
+
+func (w *guardWriter) WriteHeader(code int) {
+	if (code == http.StatusBadGateway || code == statusClientGone) && !w.replaced {
+		if status := w.body.failureAfterRead(); status != 0 {
+			w.replaced = true
+			w.g.rejected("traffic", rejectReason(status))
+			h := w.ResponseWriter.Header()
+			h.Del("Content-Length")
+			h.Set("Connection", "close")
+			writeError(w.ResponseWriter, status, errorCode(status), bodyErrorMessage(status))
+			return
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// statusClientGone is what the proxy answers when the request's context
+// was cancelled.
+const statusClientGone = 499
+
+func (w *guardWriter) Write(p []byte) (int, error) {
+	if w.replaced {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// upgrades).
+func (w *guardWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// readBody reads a whole request body of at most limit bytes. On failure it
+// returns the status to answer: 413 past the limit (white space counts),
+// 408 when it did not arrive in time, 400 otherwise.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		return nil, http.StatusRequestEntityTooLarge, errors.New(bodyErrorMessage(http.StatusRequestEntityTooLarge) + " (" + strconv.FormatInt(limit, 10) + " bytes)")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		status := bodyErrorStatus(err)
+		if status == 0 {
+			return nil, http.StatusBadRequest, fmt.Errorf("reading the body: %v", err)
+		}
+		msg := bodyErrorMessage(status)
+		if status == http.StatusRequestEntityTooLarge {
+			msg += " (" + strconv.FormatInt(limit, 10) + " bytes)"
+		}
+		return nil, status, errors.New(msg)
+	}
+	return body, 0, nil
+}
+
+func bodyErrorMessage(status int) string {
+	if status == http.StatusRequestTimeout {
+		return "the request body did not arrive in time"
+	}
+	return "the request body is larger than the gateway accepts"
+}
+
+func errorCode(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	case http.StatusRequestTimeout:
+		return "request_timeout"
+	}
+	return "invalid_request"
+}
+
+func rejectReason(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "body_too_large"
+	case http.StatusRequestTimeout:
+		return "read_timeout"
+	}
+	return "invalid_body"
+}
+
+// warnRestartServer logs that a changed server section, the listeners'
+// bounds, applies at the next restart (max_body_bytes applies at once).
+func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
+	o, n := old.Server, cfg.Server
+	o.MaxBodyBytes, n.MaxBodyBytes = nil, nil
+	if o != n {
+		log.Warn("sluice: the server section changed; its timeouts and bounds apply at the next restart", "file", path)
+	}
+}
