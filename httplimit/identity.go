@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/netip"
-	"path"
 	"strings"
 )
 
@@ -249,19 +248,3 @@ func (k *keyBuf) sum(b []byte) {
 }
 
 func (k *keyBuf) String() string { return string(k.out[:]) }
-
-// cleanPath is the path the ServeMux would redirect p to: rooted, without
-// . or .. elements or double slashes, keeping a trailing slash.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
