@@ -15,6 +15,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 	opts := httplimit.Options{
 		TrustedProxies: c.keys.proxies,
 		IPv6Prefix:     c.IPv6Prefix,
+		Paths:          c.Paths.options(),
 	}
 	switch c.ForwardedHeader {
 	case "x-forwarded-for":

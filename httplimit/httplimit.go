@@ -134,9 +134,9 @@ type Options struct {
 	// header is believed. Empty: the connection's address is the client.
 	TrustedProxies []netip.Prefix
 
-	// ForwardedFrom says which header the trusted proxies write. Name the
-	// one yours sets (and appends to), so that a client cannot slip in the
-	// other; the default reads X-Forwarded-For, or Forwarded without it.
+	// ForwardedFrom says which header the trusted proxies write (and
+	// append to): required with TrustedProxies, so that a client cannot
+	// slip in the other.
 	ForwardedFrom ForwardedFrom
 
 	// Paths says how request paths are normalised before matching; the
@@ -242,6 +242,9 @@ func New(opts Options) (*Limiter, error) {
 		wait:      wait,
 		timeout:   opts.StoreTimeout,
 		storeCtx:  opts.StoreContext,
+	}
+	if err := checkForwarded(opts); err != nil {
+		return nil, err
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
