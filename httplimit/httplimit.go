@@ -473,10 +473,7 @@ func (l *Limiter) match(r *http.Request) *policy {
 	if !l.anyMethod && !l.methods[r.Method] {
 		return nil
 	}
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
+	path := r.URL.EscapedPath() // the spelling that is passed on
 	mr := r
 	if l.paths.CaseInsensitive && hasUpper(path) {
 		path = asciiLower(path)

@@ -87,10 +87,9 @@ func normalizeRequest(r *http.Request, paths Paths) (*http.Request, error) {
 	r2 := new(http.Request)
 	*r2 = *r
 	u := *r.URL
+	// RawPath is kept even where it looks like Path: Go's own encoding of
+	// Path would escape !'()* and so forward another spelling.
 	u.Path, u.RawPath = unescapePath(path), path
-	if u.Path == path {
-		u.RawPath = ""
-	}
 	r2.URL = &u
 	r2.Host = host
 	return r2, nil

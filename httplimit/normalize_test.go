@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -146,4 +147,77 @@ func newTestStore(t *testing.T) *memstore.Store {
 	s := memstore.New(memstore.Options{SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// FuzzNormalize: the normaliser never panics, its form is a fixed point
+// (normalising it again changes nothing), and the request the limiter
+// passes on is the form it matched: matching the passed-on request again
+// picks the same policy, and it is not normalised any further.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{
+		"/", "//", "/products/1", "/PRODUCTS/1/", "/./a/../b", "/%2e%2E/%2f/%5C", `/a\b\..\c`,
+		"/login;jsessionid=1", "/%41%7e%c3%a9", "/a%2", "/%zz", "/a b", "/..%2F..%2F", "/x/%2e%2e%2fy",
+		"/products/%31/", "/é/É", "*", "", "/{$}", "/a//b///", "/a/%252F",
+	} {
+		f.Add(s, "API.Example.com.:80", uint8(0), false)
+		f.Add(s, "h", uint8(1), true)
+		f.Add(s, "h", uint8(2), true)
+	}
+	policies := []Policy{
+		{Name: "products", Pattern: "GET /products/{id}", Cost: 1, Anonymous: rule(1, 1e6)},
+		{Name: "tree", Pattern: "/a/", Cost: 1, Anonymous: rule(1, 1e6)},
+		{Name: "host", Pattern: "api.example.com/", Cost: 1, Anonymous: rule(1, 1e6)},
+		{Name: "all", Pattern: "/", Cost: 1, Anonymous: rule(1, 1e6)},
+	}
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	f.Cleanup(func() { store.Close() })
+	var lims [3][2]*Limiter
+	for m := range lims {
+		for c := range lims[m] {
+			l, err := New(Options{Store: store, Policies: policies, Headers: HeadersNone,
+				Paths: Paths{EscapedSlashes: EscapedSlashes(m), CaseInsensitive: c == 1}})
+			if err != nil {
+				f.Fatal(err)
+			}
+			lims[m][c] = l
+		}
+	}
+	f.Fuzz(func(t *testing.T, target, host string, mode uint8, caseless bool) {
+		slashes := EscapedSlashes(mode % 3)
+		n, err := normalizePath(target, slashes)
+		if err == nil {
+			if again, err := normalizePath(n, slashes); err != nil || again != n {
+				t.Fatalf("normalizePath(%q) = %q, then %q, %v: not a fixed point", target, n, again, err)
+			}
+			if !strings.HasPrefix(n, "/") || strings.Contains(n, "//") || strings.Contains(n, "/./") || strings.Contains(n, "/../") || strings.HasSuffix(n, "/.") || strings.HasSuffix(n, "/..") {
+				t.Fatalf("normalizePath(%q) = %q: not normal", target, n)
+			}
+		}
+		u, perr := url.ParseRequestURI(target)
+		if perr != nil || strings.ContainsAny(host, " \t\r\n/?#") {
+			return
+		}
+		lim := lims[slashes][map[bool]int{false: 0, true: 1}[caseless]]
+		r := &http.Request{Method: "GET", URL: u, Host: host, Header: http.Header{}, RemoteAddr: "192.0.2.1:1"}
+		var passed *http.Request
+		w := httptest.NewRecorder()
+		lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { passed = r })).ServeHTTP(w, r)
+		if passed == nil {
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("%q refused with %d, want 400", target, w.Code)
+			}
+			return
+		}
+		matched, _ := lim.Policy(r)
+		if again, _ := lim.Policy(passed); again != matched {
+			t.Fatalf("%q matched %q, but the request passed on (%q) matches %q", target, matched, passed.URL.EscapedPath(), again)
+		}
+		if nr, err := normalizeRequest(passed, lim.paths); err != nil || nr != passed {
+			t.Fatalf("%q passed on as %q, which normalises again (%v)", target, passed.URL.EscapedPath(), err)
+		}
+		want, _ := normalizePath(rawPath(r), slashes)
+		if got := passed.URL.EscapedPath(); got != rawPath(passed) || got != want {
+			t.Fatalf("%q passed on as %q (raw %q), want %q", target, got, rawPath(passed), want)
+		}
+	})
 }
