@@ -241,16 +241,29 @@ func isNormalPath(p string) bool {
 }
 
 // isUnreserved: RFC 3986 unreserved, which an escape never needs to hide.
-func isUnreserved(c byte) bool {
-	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
-		c == '-' || c == '.' || c == '_' || c == '~'
-}
+func isUnreserved(c byte) bool { return charClass[c] == unreserved }
 
 // isPathChar: the other characters RFC 3986 allows raw in a segment
 // (sub-delims, ":" and "@"; ";" is refused before this is asked).
-func isPathChar(c byte) bool {
-	return strings.IndexByte("!$&'()*+,;=:@", c) >= 0
-}
+func isPathChar(c byte) bool { return charClass[c] == pathChar }
+
+const (
+	unreserved = 1 + iota
+	pathChar
+)
+
+// charClass classifies bytes for the normaliser, which asks per byte.
+var charClass = func() (t [256]byte) {
+	for c := range 256 {
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', strings.IndexByte("-._~", byte(c)) >= 0:
+			t[c] = unreserved
+		case strings.IndexByte("!$&'()*+,;=:@", byte(c)) >= 0:
+			t[c] = pathChar
+		}
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
