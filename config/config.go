@@ -54,6 +54,9 @@ type Config struct {
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
+	// Warnings are what is valid but probably not meant, as FILE:LINE:
+	// FIELD: message lines (paths.go); check-config prints them.
+	Warnings []string `yaml:"-"`
 
 	keys keyMaterial
 }

@@ -48,6 +48,7 @@ func (v *validator) paths() {
 	v.oneOf("paths.case", c.Paths.Case, "sensitive", "insensitive")
 	v.oneOf("paths.escaped_slashes", c.Paths.EscapedSlashes, "reject", "keep", "decode")
 	v.forwardedHeader()
+	v.catchAll()
 	if c.Paths.Case != "insensitive" {
 		return
 	}
@@ -89,4 +90,26 @@ func (v *validator) forwardedHeader() {
 	default:
 		v.oneOf("forwarded_header", c.ForwardedHeader, "x-forwarded-for", "forwarded")
 	}
+}
+
+// catchAll warns when a gateway with an upstream has no policy that
+// catches every path: a request to a path that no pattern names reaches the
+// upstream unlimited.
+func (v *validator) catchAll() {
+	c := v.c
+	if c.Upstream == "" {
+		return
+	}
+	for _, p := range c.Policies {
+		if path := strings.TrimSpace(p.Match); path == "/" || strings.HasPrefix(path, "/{") && strings.HasSuffix(path, "...}") && !strings.Contains(path[1:], "/") {
+			return
+		}
+	}
+	field := "policies"
+	if !v.has(field) {
+		field = "upstream"
+	}
+	e := FieldError{File: v.file, Line: v.line(field), Field: field,
+		Msg: `no policy matches "/" (every method, every path), so a request to a path that no pattern names reaches the upstream unlimited; add a catch-all such as {name: default, match: "/", anonymous: [{rate: 100/s, burst: 200}]}`}
+	c.Warnings = append(c.Warnings, e.Error())
 }

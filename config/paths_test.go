@@ -71,3 +71,26 @@ func TestPathsOptions(t *testing.T) {
 		t.Errorf("default paths %+v", d.Paths)
 	}
 }
+
+func TestCatchAllWarning(t *testing.T) {
+	pol := "policies:\n  - {name: login, match: \"POST /login\", anonymous: [{rate: 1/s, burst: 1}]}\n"
+	for _, tc := range []struct{ name, data, want string }{
+		{"no upstream", pol, ""},
+		{"no catch-all", "upstream: http://127.0.0.1:3000\n" + pol, `warn.yaml:3: policies: no policy matches "/"`},
+		{"no policies", "upstream: http://127.0.0.1:3000\n", `warn.yaml:1: upstream: no policy matches "/"`},
+		{"GET / is no catch-all", "upstream: http://127.0.0.1:3000\n" + pol + "  - {name: all, match: \"GET /\", anonymous: [{rate: 1/s, burst: 1}]}\n", `warn.yaml:3: policies: no policy matches "/"`},
+		{"catch-all", "upstream: http://127.0.0.1:3000\n" + pol + "  - {name: all, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n", ""},
+		{"catch-all wildcard", "upstream: http://127.0.0.1:3000\n" + pol + "  - {name: all, match: \"/{rest...}\", anonymous: [{rate: 1/s, burst: 1}]}\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse("warn.yaml", t.TempDir(), []byte(tc.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(c.Warnings, "\n")
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("warnings %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
