@@ -16,8 +16,6 @@
 // API only, and no policies.
 //
 // Beside the fields of SPEC §4 the file may set:
-//   - forwarded_header: which header the trusted proxies write (auto,
-//     x-forwarded-for or forwarded);
 //   - ipv6_prefix: how many leading bits of an IPv6 client key it (64);
 //   - store.max_keys: the bound of the in-memory store (a million keys);
 //   - identity.jwt.issuer and audience: claims a token must carry;
@@ -47,7 +45,8 @@ type Config struct {
 	Upstream        string   `yaml:"upstream"`     // reverse proxy target; empty: decision API only
 	Store           Store    `yaml:"store"`
 	TrustedProxies  []string `yaml:"trusted_proxies"`  // CIDRs (or single addresses)
-	ForwardedHeader string   `yaml:"forwarded_header"` // what they write: auto | x-forwarded-for | forwarded
+	ForwardedHeader string   `yaml:"forwarded_header"` // what they write: x-forwarded-for | forwarded (required with them)
+	Paths           Paths    `yaml:"paths"`            // how paths are normalised (paths.go)
 	Headers         string   `yaml:"headers"`          // legacy | draft | both | none; default both
 	IPv6Prefix      int      `yaml:"ipv6_prefix"`      // bits that key an IPv6 client; default 64
 	Identity        Identity `yaml:"identity"`
@@ -60,6 +59,9 @@ type Config struct {
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
+	// Warnings are what is valid but probably not meant, as FILE:LINE:
+	// FIELD: message lines (paths.go); check-config prints them.
+	Warnings []string `yaml:"-"`
 
 	keys keyMaterial
 }
@@ -213,6 +215,7 @@ func (c *Config) Defaults() {
 	def(&c.Store.OnError, "local")
 	def(&c.Headers, "both")
 	def(&c.ForwardedHeader, "auto")
+	c.Paths.defaults()
 	def(&c.Identity.APIKeyHeader, "X-API-Key")
 	def(&c.Identity.JWT.Header, "Authorization")
 	if c.Store.MaxKeys == 0 {

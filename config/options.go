@@ -16,6 +16,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		TrustedProxies: c.keys.proxies,
 		IPv6Prefix:     c.IPv6Prefix,
 		Allowlist:      c.Allowlist.options(),
+		Paths:          c.Paths.options(),
 	}
 	switch c.ForwardedHeader {
 	case "x-forwarded-for":

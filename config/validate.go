@@ -88,7 +88,6 @@ func (v *validator) validate() {
 		}
 	}
 	v.oneOf("headers", c.Headers, "legacy", "draft", "both", "none")
-	v.oneOf("forwarded_header", c.ForwardedHeader, "auto", "x-forwarded-for", "forwarded")
 	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
 		v.fail("ipv6_prefix", "%d: want a prefix length from 1 to 128 (64 groups a household or a server's /64)", c.IPv6Prefix)
 	}
@@ -101,6 +100,7 @@ func (v *validator) validate() {
 		}
 		c.keys.proxies = append(c.keys.proxies, p)
 	}
+	v.paths()
 	v.store()
 	v.identity()
 	v.policies()

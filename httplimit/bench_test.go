@@ -44,6 +44,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	l, err := New(Options{
 		Store:          store,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		ForwardedFrom:  FromXForwardedFor,
 		Policies: []Policy{
 			{Name: "payments", Pattern: "POST /payments/", Cost: 1, Anonymous: rule(1, 5)},
 			{Name: "products", Pattern: "GET /products/", Cost: 1, Anonymous: rule(1e9, 1e9)},

@@ -20,7 +20,7 @@ func FuzzClientIP(f *testing.F) {
 		if fwd != "" {
 			r.Header["Forwarded"] = []string{fwd}
 		}
-		a := ClientIP(r, trusted)
+		a := ClientIP(r, trusted, FromEither)
 		// Never a trusted hop when an untrusted one is named, and never an
 		// address the peer did not vouch for when the peer is untrusted.
 		if peer := parseHost(remote); peer.IsValid() && !inAny(peer, trusted) && a != peer {

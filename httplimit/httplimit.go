@@ -134,10 +134,14 @@ type Options struct {
 	// header is believed. Empty: the connection's address is the client.
 	TrustedProxies []netip.Prefix
 
-	// ForwardedFrom says which header the trusted proxies write. Name the
-	// one yours sets (and appends to), so that a client cannot slip in the
-	// other; the default reads X-Forwarded-For, or Forwarded without it.
+	// ForwardedFrom says which header the trusted proxies write (and
+	// append to): required with TrustedProxies, so that a client cannot
+	// slip in the other.
 	ForwardedFrom ForwardedFrom
+
+	// Paths says how request paths are normalised before matching; the
+	// request passed on to the next handler is the normalised one.
+	Paths Paths
 
 	// IPv6Prefix is how many leading bits of an IPv6 address key a client;
 	// zero means 64.
@@ -183,6 +187,7 @@ type Limiter struct {
 	byName    map[string]*policy
 	proxies   []netip.Prefix
 	forwarded ForwardedFrom
+	paths     Paths
 	ipv6Bits  int
 	headers   HeaderMode
 	auth      []Authenticator
@@ -231,6 +236,7 @@ func New(opts Options) (*Limiter, error) {
 		byName:    make(map[string]*policy, len(opts.Policies)),
 		proxies:   opts.TrustedProxies,
 		forwarded: opts.ForwardedFrom,
+		paths:     opts.Paths,
 		ipv6Bits:  opts.IPv6Prefix,
 		headers:   opts.Headers,
 		auth:      opts.Authenticators,
@@ -241,6 +247,9 @@ func New(opts Options) (*Limiter, error) {
 		timeout:   opts.StoreTimeout,
 		storeCtx:  opts.StoreContext,
 		allow:     compileAllowlist(opts.Allowlist),
+	}
+	if err := checkForwarded(opts); err != nil {
+		return nil, err
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
 		l.ipv6Bits = 64
@@ -256,7 +265,7 @@ func New(opts Options) (*Limiter, error) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
 		}
-		if err := register(l.mux, p); err != nil {
+		if err := register(l.mux, matchPattern(p.Pattern, l.paths.CaseInsensitive), p); err != nil {
 			return nil, err
 		}
 		l.noteMethod(p.Pattern)
@@ -282,13 +291,13 @@ func (l *Limiter) noteMethod(pattern string) {
 	}
 }
 
-func register(mux *http.ServeMux, p *policy) (err error) {
+func register(mux *http.ServeMux, pattern string, p *policy) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("httplimit: policy %q: %v", p.Name, r)
 		}
 	}()
-	mux.Handle(p.Pattern, p)
+	mux.Handle(pattern, p)
 	return nil
 }
 
@@ -355,10 +364,17 @@ func (p *policy) rulesFor(id string, authenticated bool) *ruleSet {
 	return &p.authed
 }
 
-// Handler returns next wrapped by the limiter.
+// Handler returns next wrapped by the limiter. next receives the request
+// in normal form (see Paths); a request that has none is refused with 400,
+// or 501 for a method spelt in lowercase, and never reaches next.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l.serve(w, r, next)
+		nr, err := normalizeRequest(r, l.paths)
+		if err != nil {
+			refuse(w, err)
+			return
+		}
+		l.serve(w, nr, next)
 	})
 }
 
@@ -372,9 +388,13 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 }
 
 // Policy returns the policy that r falls under, or false when r passes
-// unlimited.
+// unlimited or has no normal form (Handler refuses it).
 func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
-	if p := l.match(r); p != nil {
+	nr, err := normalizeRequest(r, l.paths)
+	if err != nil {
+		return "", false
+	}
+	if p := l.match(nr); p != nil {
 		return p.Name, true
 	}
 	return "", false
@@ -451,42 +471,59 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	cw.finish()
 }
 
-// match returns the policy of r, or nil. A path that the ServeMux would
-// first redirect (not clean, or a subtree root without its slash) is
-// matched as the path it redirects to, so that /payments//x cannot slip
-// past the policy of /payments/.
+// match returns the policy of r, a request in normal form, or nil. When
+// matching ignores case, the path is matched in lowercase, as the patterns
+// were registered. A path with a trailing slash that only a subtree
+// pattern's descendants match (such as "/" for /products/1/) is matched
+// without the slash when that names an exact pattern (/products/{id}):
+// routers such as Express serve both spellings from one route; a router that
+// serves them apart is merely limited the stricter way.
 func (l *Limiter) match(r *http.Request) *policy {
 	if !l.anyMethod && !l.methods[r.Method] {
 		return nil
 	}
-	h, pattern := l.mux.Handler(r)
-	if p, ok := h.(*policy); ok {
-		return p
+	path := r.URL.EscapedPath() // the spelling that is passed on
+	mr := r
+	if l.paths.CaseInsensitive && hasUpper(path) {
+		path = asciiLower(path)
+		mr = withPath(r, path)
 	}
-	if pattern == "" {
-		return nil // no pattern matches (or only with another method)
+	p, pattern := l.lookup(mr, path)
+	if (p == nil || descendant(pattern, path)) && len(path) > 1 && path[len(path)-1] == '/' {
+		bare := path[:len(path)-1]
+		if q, qp := l.lookup(withPath(r, bare), bare); q != nil && !subtree(qp) {
+			return q
+		}
 	}
-	return l.matchRedirect(r)
+	return p
 }
 
-func (l *Limiter) matchRedirect(r *http.Request) *policy {
-	path := r.URL.Path
-	clean := cleanPath(path)
-	for _, try := range [...]string{clean, clean + "/"} {
-		if try == path || try == "//" {
-			continue
-		}
-		u := *r.URL
-		u.Path, u.RawPath = try, ""
-		r2 := *r
-		r2.URL = &u
-		if h, _ := l.mux.Handler(&r2); h != nil {
-			if p, ok := h.(*policy); ok {
-				return p
-			}
-		}
+// lookup asks the ServeMux for the policy of r, whose path is path. The one
+// redirect a normal path can still get, of a subtree root without its
+// slash (/payments when only /payments/ is a pattern), is followed, so that
+// /payments is limited as /payments/.
+func (l *Limiter) lookup(r *http.Request, path string) (*policy, string) {
+	h, pattern := l.mux.Handler(r)
+	if p, ok := h.(*policy); ok {
+		return p, pattern
 	}
-	return nil
+	if pattern == "" || path == "/" {
+		return nil, "" // no pattern matches (or only with another method)
+	}
+	h, pattern = l.mux.Handler(withPath(r, path+"/"))
+	if p, ok := h.(*policy); ok {
+		return p, pattern
+	}
+	return nil, ""
+}
+
+// withPath is a shallow copy of r with the escaped path p.
+func withPath(r *http.Request, p string) *http.Request {
+	u := *r.URL
+	u.Path, u.RawPath = unescapePath(p), p
+	r2 := *r
+	r2.URL = &u
+	return &r2
 }
 
 // check asks the store, timing it.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/netip"
-	"path"
 	"strings"
 )
 
@@ -72,15 +72,15 @@ func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
 
 // ClientIP returns the address of the client that sent r. It is the
 // connection's address unless that is in trusted; then it is the rightmost
-// address in X-Forwarded-For (or, when there is none, in Forwarded) that is
+// address in the header from names (X-Forwarded-For or Forwarded) that is
 // not in trusted: the last hop that a trusted proxy saw. Anything to the
 // left of it was written by the client and is never believed. When every
 // hop is trusted, the leftmost is the client; when the hop to believe is
 // not an address ("unknown", a garbled entry), the nearest trusted hop is
 // used. IPv4-mapped IPv6 addresses are unmapped; zones are dropped. An
 // unparseable RemoteAddr gives the zero Addr.
-func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	return clientIP(r, trusted, FromEither)
+func ClientIP(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) netip.Addr {
+	return clientIP(r, trusted, from)
 }
 
 // ForwardedFrom names the header that trusted proxies write.
@@ -88,12 +88,24 @@ type ForwardedFrom int
 
 const (
 	// FromEither reads X-Forwarded-For, or Forwarded when there is none.
+	//
+	// Deprecated: behind a proxy that writes one header a client can forge
+	// the other and be a new client with each request. New refuses it with
+	// TrustedProxies; name the header your proxies write.
 	FromEither ForwardedFrom = iota
 	// FromXForwardedFor reads only X-Forwarded-For.
 	FromXForwardedFor
 	// FromForwarded reads only Forwarded (RFC 7239).
 	FromForwarded
 )
+
+// checkForwarded refuses trusted proxies whose header is not named.
+func checkForwarded(opts Options) error {
+	if len(opts.TrustedProxies) > 0 && opts.ForwardedFrom != FromXForwardedFor && opts.ForwardedFrom != FromForwarded {
+		return errors.New("httplimit: Options.TrustedProxies is set but ForwardedFrom does not name the header they write; want FromXForwardedFor or FromForwarded (a client could forge the other)")
+	}
+	return nil
+}
 
 func clientIP(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) netip.Addr {
 	peer := parseHost(r.RemoteAddr)
@@ -249,19 +261,3 @@ func (k *keyBuf) sum(b []byte) {
 }
 
 func (k *keyBuf) String() string { return string(k.out[:]) }
-
-// cleanPath is the path the ServeMux would redirect p to: rooted, without
-// . or .. elements or double slashes, keeping a trailing slash.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}

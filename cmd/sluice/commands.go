@@ -195,6 +195,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	for _, w := range cfg.Warnings {
+		log.Warn("sluice: " + w)
+	}
 	g, err := gateway.New(cfg, *path, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -234,9 +237,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 const checkDoc = `Usage: sluice check-config FILE
 
 Validate FILE as sluice serve would read it, key and secret files
-included. Prints "FILE: ok" and exits 0 when it is valid; otherwise prints
-every problem of the file in one pass, one a line, as
-FILE:LINE: FIELD: what is wrong and what would be valid, and exits 2.
+included. Prints "FILE: ok" and exits 0 when it is valid, with a warning
+on stderr for what is valid but probably not meant (such as no catch-all
+policy in front of an upstream); otherwise prints every problem of the
+file in one pass, one a line, as FILE:LINE: FIELD: what is wrong and what
+would be valid, and exits 2.
 
 Flags:
 `
@@ -262,6 +267,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	if _, err := cfg.LimiterOptions(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(cfg.Policies), cfg.Store.Type)
 	return 0

@@ -201,7 +201,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: upstream: %w", cfg.File, err)
 		}
-		next = g.proxy(u, opts.TrustedProxies)
+		next = g.proxy(u, opts.TrustedProxies, opts.ForwardedFrom)
 	}
 	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next)}, nil
 }
@@ -236,22 +236,15 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// proxy forwards to u. X-Forwarded-For passes on only from a trusted peer.
-func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix) http.Handler {
+// proxy forwards to u the request in the normal form the limiter matched
+// (pr.In, which the limiter passed on; SetURL keeps its escaped path). The
+// forwarding headers pass on only in the header the configuration names,
+// and only from a trusted peer (see forward).
+func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix, from httplimit.ForwardedFrom) http.Handler {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			// Pass on the chain of a trusted proxy; a client's own
-			// X-Forwarded-For is dropped.
-			if peer, err := netip.ParseAddrPort(pr.In.RemoteAddr); err == nil {
-				for _, p := range trusted {
-					if p.Contains(peer.Addr().Unmap()) {
-						pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-						break
-					}
-				}
-			}
-			pr.SetXForwarded()
+			forward(pr, trusted, from)
 		},
 		Transport:  upstreamTransport,
 		BufferPool: copyBuffers,

@@ -64,7 +64,7 @@ func TestForwardedForToUpstream(t *testing.T) {
 	if _, got := status(t, untrusted.URL+"/", "X-Forwarded-For", "6.6.6.6"); got != "127.0.0.1" {
 		t.Errorf("untrusted peer: upstream saw X-Forwarded-For %q, want 127.0.0.1", got)
 	}
-	_, trusted, _ := newGateway(t, "upstream: "+upstream.URL+"\ntrusted_proxies: [127.0.0.1]\n")
+	_, trusted, _ := newGateway(t, "upstream: "+upstream.URL+"\ntrusted_proxies: [127.0.0.1]\nforwarded_header: x-forwarded-for\n")
 	if _, got := status(t, trusted.URL+"/", "X-Forwarded-For", "203.0.113.9"); got != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("trusted peer: upstream saw X-Forwarded-For %q", got)
 	}
