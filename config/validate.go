@@ -99,6 +99,7 @@ func (v *validator) validate() {
 	v.store()
 	v.identity()
 	v.policies()
+	v.responses()
 }
 
 func (v *validator) hostPort(path, s string) {
