@@ -19,6 +19,10 @@
 //   - ipv6_prefix: how many leading bits of an IPv6 client key it (64);
 //   - store.max_keys: the bound of the in-memory store (a million keys);
 //   - identity.jwt.issuer and audience: claims a token must carry;
+//   - identity.jwt.require_exp and max_age: refuse tokens without exp, or
+//     issued (iat) longer ago than max_age;
+//   - x_ratelimit_headers, retry_after_jitter and deny_body: what 429s and
+//     the headers look like beside headers: (see headers.go);
 //   - per policy on_error (overrides store.on_error), cost_header (a
 //     response header in which the upstream reports the real cost, charged
 //     after the fact) and algorithm (only token_bucket for now).
@@ -56,6 +60,10 @@ type Config struct {
 	Allowlist   Allowlist   `yaml:"allowlist"`
 	DecisionAPI DecisionAPI `yaml:"decision_api"` // POST /v1/check: its listener and token (decisionapi.go)
 	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
+	// What 429s and the headers look like beside headers: (see headers.go).
+	XRateLimitHeaders bool          `yaml:"x_ratelimit_headers"` // also X-RateLimit-Limit, -Remaining, -Reset
+	RetryAfterJitter  time.Duration `yaml:"retry_after_jitter"`  // up to this much added to a 429's Retry-After
+	DenyBody          DenyBody      `yaml:"deny_body"`           // a 429 body of your own
 
 	// File is the path the configuration was read from, for messages.
 	File string `yaml:"-"`
@@ -127,6 +135,9 @@ type JWT struct {
 	PublicKeyFile   string `yaml:"public_key_file"`   // PEM RSA, ECDSA or Ed25519 public key
 	Issuer          string `yaml:"issuer"`            // when set, iss must equal it
 	Audience        string `yaml:"audience"`          // when set, aud must contain it
+
+	RequireExp bool          `yaml:"require_exp"` // refuse tokens without exp
+	MaxAge     time.Duration `yaml:"max_age"`     // > 0: refuse tokens issued (iat) longer ago, or without iat
 }
 
 // Policy limits the requests that its match pattern selects.

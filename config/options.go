@@ -32,6 +32,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 	case "none":
 		opts.Headers = httplimit.HeadersNone
 	}
+	c.responseOptions(&opts)
 	if c.keys.apiKeys != nil {
 		opts.Authenticators = append(opts.Authenticators, httplimit.APIKeys(c.Identity.APIKeyHeader, c.keys.apiKeys))
 	}
@@ -42,6 +43,9 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			PublicKey: c.keys.jwtPublic,
 			Issuer:    c.Identity.JWT.Issuer,
 			Audience:  c.Identity.JWT.Audience,
+
+			RequireExp: c.Identity.JWT.RequireExp,
+			MaxAge:     c.Identity.JWT.MaxAge,
 		})
 		if err != nil {
 			return opts, fmt.Errorf("%s: identity.jwt: %w", c.File, err)

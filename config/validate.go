@@ -107,6 +107,7 @@ func (v *validator) validate() {
 	v.allowlist()
 	v.decisionAPI()
 	v.server()
+	v.responses()
 }
 
 func (v *validator) hostPort(path, s string) {

@@ -1,82 +1,152 @@
 package httplimit
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
-// costWriter removes the cost header the next handler set and charges the
-// difference between the real cost and the one taken up front. The header
-// is read when the response header is written; a cost declared as a
-// trailer is read when the handler returns.
-type costWriter struct {
-	http.ResponseWriter
-	l       *Limiter
-	p       *policy
-	rs      *ruleSet
-	key     string
-	ctx     context.Context
-	wrote   bool
-	charged bool
+// serveAllowed calls next for a request of p that res allowed at decided.
+// When the response carries rate limit headers or p has a CostHeader, next
+// writes through a limitWriter; otherwise straight to w.
+func (l *Limiter) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, rs *ruleSet, key string, res sluice.Result, decided time.Time) {
+	headers := !p.Shadow && l.sendsHeaders()
+	if !headers && p.CostHeader == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	lw := &limitWriter{ResponseWriter: w, l: l, p: p, rs: rs, key: key, r: r, decided: decided, headers: headers}
+	lw.keep(res)
+	next.ServeHTTP(lw, r)
+	lw.finish()
 }
 
-func (c *costWriter) WriteHeader(code int) {
-	if !c.wrote && code >= 200 {
-		c.wrote = true
-		c.fromHeader(true)
+// limitWriter is the ResponseWriter of an allowed request. When the
+// response header is written (WriteHeader, the first Write or Flush, or the
+// handler's return) it sets the rate limit headers, computed at that moment,
+// over any of the same names that the handler set (an upstream's own,
+// through a proxy: they would otherwise be joined with sluice's into one
+// list that parsers reject). It also removes the cost the handler reported
+// in Policy.CostHeader and charges the difference to the cost taken up
+// front; a cost declared as a trailer is charged when the handler returns.
+type limitWriter struct {
+	http.ResponseWriter
+	l        *Limiter
+	p        *policy
+	rs       *ruleSet
+	key      string
+	r        *http.Request
+	decided  time.Time // when the result was decided: t counts from here
+	rule     int       // of the result: see sluice.Result
+	left     int64     // sluice.Result.Remaining
+	reset    time.Duration
+	headers  bool // set the rate limit headers
+	wrote    bool // the response header is out (or hijacked)
+	charged  bool
+	hijacked bool
+	vals     [numVals]string
+}
+
+// start runs once, just before the response header is written.
+func (c *limitWriter) start() {
+	if c.wrote {
+		return
+	}
+	c.wrote = true
+	h := c.ResponseWriter.Header()
+	if c.p.CostHeader != "" {
+		if v := h.Get(c.p.CostHeader); v != "" {
+			h.Del(c.p.CostHeader)
+			c.charge(v)
+		}
+	}
+	if c.headers {
+		now := time.Now()
+		// t counts from now: the reset less the time since the decision.
+		t := ceilSeconds(c.reset - now.Sub(c.decided))
+		c.l.putHeaders(h, c.rs, c.rule, c.left, t, now, &c.vals)
+	}
+}
+
+func (c *limitWriter) WriteHeader(code int) {
+	if code >= 200 {
+		c.start()
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
-func (c *costWriter) Write(b []byte) (int, error) {
-	if !c.wrote {
-		c.wrote = true
-		c.fromHeader(true)
-	}
+func (c *limitWriter) Write(b []byte) (int, error) {
+	c.start()
 	return c.ResponseWriter.Write(b)
 }
 
-// Flush sends the header (charging first) and what is buffered.
-func (c *costWriter) Flush() {
-	if !c.wrote {
-		c.wrote = true
-		c.fromHeader(true)
+// ReadFrom keeps the connection's own ReadFrom (sendfile) reachable.
+func (c *limitWriter) ReadFrom(src io.Reader) (int64, error) {
+	c.start()
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
 	}
-	_ = http.NewResponseController(c.ResponseWriter).Flush()
+	return io.Copy(writerOnly{c.ResponseWriter}, src)
+}
+
+// writerOnly hides a writer's ReadFrom, so io.Copy does not loop back.
+type writerOnly struct{ io.Writer }
+
+// Flush sends the header (charging first) and what is buffered.
+func (c *limitWriter) Flush() { _ = c.FlushError() }
+
+// FlushError is Flush for http.ResponseController, with the error.
+func (c *limitWriter) FlushError() error {
+	c.start()
+	return http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over (a WebSocket upgrade, say); the rate
+// limit headers are then the handler's business.
+func (c *limitWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err == nil {
+		c.wrote, c.hijacked = true, true
+	}
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.
-func (c *costWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+func (c *limitWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// finish runs after the handler returned: a handler that wrote nothing is
-// charged now; a cost in a trailer is charged now.
-func (c *costWriter) finish() {
+// finish runs after the handler returned: a handler that wrote nothing
+// gets its headers (and is charged) now, before net/http writes the
+// header; a cost in a trailer is charged now.
+func (c *limitWriter) finish() {
+	if c.hijacked {
+		return
+	}
 	if !c.wrote {
-		c.fromHeader(true)
+		c.start()
+		return
+	}
+	if c.p.CostHeader == "" {
 		return
 	}
 	h := c.ResponseWriter.Header()
 	for _, k := range [...]string{http.TrailerPrefix + c.p.CostHeader, c.p.CostHeader} {
 		if v := h.Get(k); v != "" {
 			h.Del(k)
-			c.charge(v, false)
+			c.charge(v)
 			return
 		}
 	}
 }
 
-func (c *costWriter) fromHeader(updateHeaders bool) {
-	h := c.ResponseWriter.Header()
-	v := h.Get(c.p.CostHeader)
-	if v == "" {
-		return
-	}
-	h.Del(c.p.CostHeader)
-	c.charge(v, updateHeaders)
-}
-
-func (c *costWriter) charge(v string, updateHeaders bool) {
+// charge adjusts the buckets by the real cost v less the cost taken up
+// front; the result, when the store answers, is what the headers report.
+func (c *limitWriter) charge(v string) {
 	if c.charged {
 		return
 	}
@@ -92,8 +162,14 @@ func (c *costWriter) charge(v string, updateHeaders bool) {
 	if delta == 0 {
 		return
 	}
-	res, err := c.l.adjust(c.ctx, c.p, c.key, delta, c.rs.rules)
-	if err == nil && updateHeaders && !c.p.Shadow {
-		c.l.setHeaders(c.ResponseWriter.Header(), c.p, c.rs, res)
+	res, err := c.l.adjust(context.WithoutCancel(c.r.Context()), c.p, c.key, delta, c.rs.rules)
+	if err == nil {
+		c.keep(res)
+		c.decided = time.Now()
 	}
+}
+
+// keep keeps what the headers report of res.
+func (c *limitWriter) keep(res sluice.Result) {
+	c.rule, c.left, c.reset = res.Rule, res.Remaining, res.ResetAfter
 }

@@ -40,5 +40,5 @@ func ExampleMiddleware() {
 	// Output:
 	// 200 "payments";r=1;t=60
 	// 200 "payments";r=0;t=120
-	// 429 "payments";r=0;t=120
+	// 429 "payments";r=0;t=60
 }

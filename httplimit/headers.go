@@ -3,6 +3,8 @@ package httplimit
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,47 +17,201 @@ import (
 // Header names, canonical so that http.Header.Get finds them; on the wire
 // names are case-insensitive.
 var (
-	hLimit     = http.CanonicalHeaderKey("RateLimit-Limit")
-	hRemaining = http.CanonicalHeaderKey("RateLimit-Remaining")
-	hReset     = http.CanonicalHeaderKey("RateLimit-Reset")
-	hPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
-	hRateLimit = http.CanonicalHeaderKey("RateLimit")
+	hLimit      = http.CanonicalHeaderKey("RateLimit-Limit")
+	hRemaining  = http.CanonicalHeaderKey("RateLimit-Remaining")
+	hReset      = http.CanonicalHeaderKey("RateLimit-Reset")
+	hPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	hRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	hXLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hXRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hXReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
 )
 
 // ProblemType is the problem type of a 429 for clients that accept
 // application/problem+json (IETF httpapi RateLimit headers draft).
 const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// setHeaders writes the headers of res, for the rule it reports. It
-// allocates one string for all dynamic values and one slice for all of
-// them; the values that depend only on the rule are rendered at New.
-func (l *Limiter) setHeaders(h http.Header, p *policy, rs *ruleSet, res sluice.Result) {
-	if l.headers == HeadersNone {
+// DenyBody is a 429 body of your own, sent in place of sluice's JSON to
+// every client that does not prefer application/problem+json.
+type DenyBody struct {
+	// ContentType is the body's media type, such as
+	// "text/html; charset=utf-8".
+	ContentType string
+
+	// Body is sent as it is, except that every "{{retry_after}}" becomes
+	// the number of seconds of the response's Retry-After.
+	Body []byte
+}
+
+// retryAfterMark is the one substitution a DenyBody knows.
+const retryAfterMark = "{{retry_after}}"
+
+// quotaHeaders are the header values of a ruleSet that depend only on its
+// rules, rendered once at New.
+//
+// Each rule is one quota policy item of draft 10, named after the policy:
+// the first rule takes the policy's name, the others the name followed by
+// "-" and their index ("payments", "payments-1"). RateLimit-Policy lists
+// every item; RateLimit reports the item of the rule that sluice.Result
+// reports (the one closest to running out, or that makes a denied caller
+// wait longest) under that same name.
+type quotaHeaders struct {
+	policy string   // the RateLimit-Policy value: every rule's item
+	item   []string // per rule: its name as a structured-field string
+	name   []string // per rule: its name, for violated-policies
+	limit  []string // per rule: its burst, in the unit of the headers
+	per    int64    // tokens a unit of the headers stands for
+}
+
+// renderQuota renders the quota headers of rules under the policy name.
+// A policy whose cost is fixed counts in requests: a rule of rate R and
+// burst B at cost c is stated as R/c requests a second and ⌊B/c⌋ requests
+// of burst. A policy whose cost is 0 or is reported after the fact
+// (CostHeader) counts in tokens; its items say so with sluice-unit.
+func renderQuota(name string, rules []sluice.Rule, cost int64, costHeader string) quotaHeaders {
+	qh := quotaHeaders{per: 1}
+	tokens := costHeader != "" || cost == 0
+	if !tokens {
+		qh.per = cost
+	}
+	var policy []byte
+	for i, r := range rules {
+		item := name
+		if i > 0 {
+			item += "-" + strconv.Itoa(i)
+		}
+		qh.name = append(qh.name, item)
+		qh.item = append(qh.item, quote(item))
+		burst := r.Burst / qh.per
+		qh.limit = append(qh.limit, strconv.FormatInt(burst, 10))
+		q, w := quotaWindow(r.Rate/float64(qh.per), burst)
+		if i > 0 {
+			policy = append(policy, ", "...)
+		}
+		policy = appendQuoted(policy, item)
+		policy = fmt.Appendf(policy, ";q=%d;w=%d", q, w)
+		if burst != q {
+			policy = fmt.Appendf(policy, ";sluice-burst=%d", burst)
+		}
+		if tokens {
+			policy = append(policy, `;sluice-unit="tokens"`...)
+		}
+	}
+	qh.policy = string(policy)
+	return qh
+}
+
+// maxSFInteger is the largest Integer a structured field can carry.
+const maxSFInteger = 999_999_999_999_999
+
+// quotaWindow states a token bucket of rate (units a second) and burst as
+// a draft 10 quota policy: q units per w seconds, both whole numbers, with
+// q/w within 1% of rate, the sustained rate a client can keep up. It tries
+// w = the time burst takes to refill first, so that q is the burst when the
+// numbers allow it, then longer windows until one is exact enough (one
+// always is by w = 50/rate, where rounding q costs at most 1%). Rates
+// beyond what a structured field can hold are clamped.
+func quotaWindow(rate float64, burst int64) (q, w int64) {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return 0, 1
+	}
+	w0 := max(1, math.Round(float64(burst)/rate))
+	last := max(w0, math.Ceil(50/rate))
+	for wf := w0; wf <= last && wf <= maxSFInteger; wf++ {
+		qf := math.Round(rate * wf)
+		if qf >= 1 && qf <= maxSFInteger && math.Abs(qf/wf-rate) <= 0.01*rate {
+			return int64(qf), int64(wf)
+		}
+		if wf-w0 > 100_000 {
+			break // a burst far from its rate: jump to the window that works
+		}
+	}
+	wf := min(math.Ceil(50/rate), maxSFInteger)
+	qf := min(max(1, math.Round(rate*wf)), maxSFInteger)
+	return int64(qf), int64(wf)
+}
+
+// The values of one response's headers, as substrings of one string.
+const (
+	vLimit = iota
+	vRemaining
+	vReset
+	vPolicy
+	vRateLimit
+	vXReset
+	numVals
+)
+
+// sendsHeaders reports whether responses carry any rate limit header.
+func (l *Limiter) sendsHeaders() bool { return l.headers != HeadersNone || l.xHeaders }
+
+// putHeaders sets the rate limit headers of a result into h: rule and
+// remaining as sluice.Result reports them, reset as the seconds of
+// RateLimit-Reset and t. It replaces any of those names that h held
+// already (an upstream's own). It allocates one string for all the values
+// that change per response and keeps the slices in vals, which must
+// outlive h's use.
+func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, reset int64, now time.Time, vals *[numVals]string) {
+	if !l.sendsHeaders() {
 		return
 	}
-	reset := ceilSeconds(res.ResetAfter)
-	var scratch [96]byte
-	b := strconv.AppendInt(scratch[:0], res.Remaining, 10)
+	if rule < 0 || rule >= len(rs.item) {
+		rule = 0 // a Fallback's result that names no rule of ours
+	}
+	rem := max(0, remaining) / rs.per
+	var scratch [128]byte
+	b := strconv.AppendInt(scratch[:0], rem, 10)
 	remEnd := len(b)
 	b = strconv.AppendInt(b, reset, 10)
 	resetEnd := len(b)
-	if l.headers != HeadersLegacy {
-		b = appendQuoted(b, p.Name)
+	draft := l.headers == HeadersBoth || l.headers == HeadersDraft
+	if draft {
+		b = append(b, rs.item[rule]...)
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, res.Remaining, 10)
+		b = strconv.AppendInt(b, rem, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, reset, 10)
 	}
+	rlEnd := len(b)
+	if l.xHeaders {
+		b = strconv.AppendInt(b, now.Unix()+reset, 10)
+	}
 	s := string(b)
-	vals := make([]string, 5)
-	vals[0], vals[1], vals[2] = rs.limit[res.Rule], s[:remEnd], s[remEnd:resetEnd]
-	vals[3], vals[4] = rs.policy[res.Rule], s[resetEnd:]
-	if l.headers != HeadersDraft {
-		h[hLimit], h[hRemaining], h[hReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	vals[vLimit], vals[vRemaining], vals[vReset] = rs.limit[rule], s[:remEnd], s[remEnd:resetEnd]
+	vals[vPolicy], vals[vRateLimit], vals[vXReset] = rs.policy, s[resetEnd:rlEnd], s[rlEnd:]
+	if l.headers != HeadersNone {
+		legacy := l.headers == HeadersBoth || l.headers == HeadersLegacy
+		setOrDel(h, hLimit, vals[vLimit:vLimit+1:vLimit+1], legacy)
+		setOrDel(h, hRemaining, vals[vRemaining:vRemaining+1:vRemaining+1], legacy)
+		setOrDel(h, hReset, vals[vReset:vReset+1:vReset+1], legacy)
+		setOrDel(h, hPolicy, vals[vPolicy:vPolicy+1:vPolicy+1], draft)
+		setOrDel(h, hRateLimit, vals[vRateLimit:vRateLimit+1:vRateLimit+1], draft)
 	}
-	if l.headers != HeadersLegacy {
-		h[hPolicy], h[hRateLimit] = vals[3:4:4], vals[4:5:5]
+	if l.xHeaders {
+		h[hXLimit] = vals[vLimit : vLimit+1 : vLimit+1]
+		h[hXRemaining] = vals[vRemaining : vRemaining+1 : vRemaining+1]
+		h[hXReset] = vals[vXReset : vXReset+1 : vXReset+1]
 	}
+}
+
+func setOrDel(h http.Header, k string, v []string, set bool) {
+	if set {
+		h[k] = v
+	} else {
+		delete(h, k)
+	}
+}
+
+// retrySeconds is the Retry-After of a denial written elapsed after the
+// decision: the time until the request would pass, plus the configured
+// jitter, rounded up, at least 1. It is also the 429's t and
+// RateLimit-Reset, so that a client reading any of them waits as long.
+func (l *Limiter) retrySeconds(res sluice.Result, elapsed time.Duration) int64 {
+	d := res.RetryAfter - elapsed
+	if l.jitter > 0 {
+		d += time.Duration(rand.Int64N(int64(l.jitter) + 1))
+	}
+	return max(1, ceilSeconds(d))
 }
 
 // ceilSeconds rounds d up to whole seconds.
@@ -69,13 +225,21 @@ func ceilSeconds(d time.Duration) int64 {
 // quote renders name as a structured-field string ("payments").
 func quote(name string) string { return string(appendQuoted(nil, name)) }
 
+// appendQuoted renders s as a structured-field string. A structured-field
+// string holds only printable ASCII: other bytes become '?', so that a
+// policy named in another script still gives a header every parser reads.
 func appendQuoted(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b = append(b, '\\')
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
 		}
-		b = append(b, s[i])
 	}
 	return append(b, '"')
 }
@@ -95,56 +259,139 @@ type problemBody struct {
 	RetryAfterSeconds int64    `json:"retry_after_seconds"`
 }
 
-// deny answers 429 for policy name.
-func deny(w http.ResponseWriter, r *http.Request, name string, retryAfter time.Duration) {
-	secs := max(1, ceilSeconds(retryAfter))
+// deny answers 429 for a request of p that res denied at decided: the
+// rate limit headers, Retry-After, and a body in the form the client
+// prefers. Retry-After, RateLimit-Reset and t are one number.
+func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ruleSet, res sluice.Result, decided time.Time) {
+	now := time.Now()
+	secs := l.retrySeconds(res, now.Sub(decided))
 	h := w.Header()
+	l.putHeaders(h, rs, res.Rule, res.Remaining, secs, now, new([numVals]string))
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")
-	msg := fmt.Sprintf("rate limit of policy %q exceeded; retry in %d s", name, secs)
-	var body any = errorBody{Error: "rate_limit_exceeded", Message: msg, RetryAfterSeconds: secs}
+	h.Set("X-Content-Type-Options", "nosniff")
+	custom := l.denyBody
 	ctype := "application/json"
-	if acceptsProblem(r.Header.Values("Accept")) {
-		ctype = "application/problem+json"
-		body = problemBody{
+	if custom != nil {
+		ctype = custom.ContentType
+	}
+	if preferProblem(r.Header.Values("Accept"), ctype) {
+		h.Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		rule := res.Rule
+		if rule < 0 || rule >= len(rs.name) {
+			rule = 0
+		}
+		_ = json.NewEncoder(w).Encode(problemBody{
 			Type:              ProblemType,
 			Title:             "Request cannot be satisfied as assigned quota has been exceeded",
 			Status:            http.StatusTooManyRequests,
-			Detail:            msg,
-			ViolatedPolicies:  []string{name},
+			Detail:            denyMessage(p.Name, secs),
+			ViolatedPolicies:  []string{rs.name[rule]},
 			RetryAfterSeconds: secs,
-		}
+		})
+		return
 	}
 	h.Set("Content-Type", ctype)
-	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusTooManyRequests)
-	_ = json.NewEncoder(w).Encode(body)
+	if custom != nil {
+		n := strconv.FormatInt(secs, 10)
+		_, _ = w.Write([]byte(strings.ReplaceAll(string(custom.Body), retryAfterMark, n)))
+		return
+	}
+	_ = json.NewEncoder(w).Encode(errorBody{Error: "rate_limit_exceeded", Message: denyMessage(p.Name, secs), RetryAfterSeconds: secs})
 }
 
-// acceptsProblem reports whether an Accept header lists
-// application/problem+json with a non-zero quality.
-func acceptsProblem(accept []string) bool {
+func denyMessage(policy string, secs int64) string {
+	return fmt.Sprintf("rate limit of policy %q exceeded; retry in %d s", policy, secs)
+}
+
+// acceptsProblem reports whether an Accept header prefers
+// application/problem+json to sluice's application/json.
+func acceptsProblem(accept []string) bool { return preferProblem(accept, "application/json") }
+
+// preferProblem reports whether Accept gives application/problem+json a
+// higher quality than ctype, the body sluice sends otherwise. Each media
+// type takes the quality of the most specific range that matches it (RFC
+// 9110 §12.5.1); a type no range matches has quality 0; ties, and no
+// Accept at all, keep ctype.
+func preferProblem(accept []string, ctype string) bool {
+	if len(accept) == 0 {
+		return false
+	}
+	mt, _, _ := strings.Cut(ctype, ";")
+	mt = strings.TrimSpace(mt)
+	qp, qo := acceptQuality(accept, "application/problem+json"), acceptQuality(accept, mt)
+	return qp > qo
+}
+
+// acceptQuality returns the quality that Accept gives media type mt
+// (type/subtype): that of the most specific matching range, in thousandths.
+func acceptQuality(accept []string, mt string) int {
+	typ, _, _ := strings.Cut(mt, "/")
+	best, bestSpec := 0, -1
 	for _, v := range accept {
-		for part := range strings.SplitSeq(v, ",") {
-			media, params, _ := strings.Cut(part, ";")
-			if !strings.EqualFold(strings.TrimSpace(media), "application/problem+json") {
+		for v != "" {
+			var elem string
+			elem, v = nextAcceptElem(v)
+			rng, params, _ := strings.Cut(elem, ";")
+			rng = strings.TrimSpace(rng)
+			spec := -1
+			switch {
+			case strings.EqualFold(rng, mt):
+				spec = 2
+			case len(rng) == len(typ)+2 && strings.EqualFold(rng[:len(typ)], typ) && rng[len(typ):] == "/*":
+				spec = 1
+			case rng == "*/*":
+				spec = 0
+			}
+			if spec < bestSpec || spec < 0 {
 				continue
 			}
-			q := 1.0
-			for p := range strings.SplitSeq(params, ";") {
-				if k, val, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
-					if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-						q = f
-					}
-				}
-			}
-			if q > 0 {
-				return true
+			q := qualityOf(params)
+			if spec > bestSpec || q > best {
+				best, bestSpec = q, spec
 			}
 		}
 	}
-	return false
+	return best
+}
+
+// nextAcceptElem splits off the first comma-separated element of an
+// Accept value, keeping commas inside quoted parameter values.
+func nextAcceptElem(v string) (elem, rest string) {
+	quoted := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == ',' && !quoted:
+			return v[:i], v[i+1:]
+		}
+	}
+	return v, ""
+}
+
+// qualityOf reads the q parameter of an Accept element's parameters, in
+// thousandths: 1000 when there is none or it is not a valid qvalue.
+func qualityOf(params string) int {
+	for params != "" {
+		var p string
+		p, params, _ = strings.Cut(params, ";")
+		k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "q") {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || math.IsNaN(f) {
+			return 1000
+		}
+		return int(math.Round(min(1, max(0, f)) * 1000))
+	}
+	return 1000
 }
 
 // writeJSONError answers status with the JSON error body of the 429.
@@ -180,3 +427,23 @@ func (l *logLimiter) allow() bool {
 }
 
 func (l *logLimiter) suppressed() int64 { return l.dropped.Swap(0) }
+
+// maxJitter bounds Options.RetryAfterJitter: a herd spread over more than
+// an hour is a herd told to go away.
+const maxJitter = time.Hour
+
+// checkResponseOptions says what is wrong with the options of responses.
+func checkResponseOptions(opts Options) error {
+	if opts.RetryAfterJitter < 0 || opts.RetryAfterJitter > maxJitter {
+		return fmt.Errorf("httplimit: RetryAfterJitter %v: want 0 (off) up to %v", opts.RetryAfterJitter, maxJitter)
+	}
+	if b := opts.DenyBody; b != nil {
+		if b.ContentType == "" {
+			return fmt.Errorf("httplimit: DenyBody has no ContentType")
+		}
+		if strings.ContainsAny(b.ContentType, "\r\n") {
+			return fmt.Errorf("httplimit: DenyBody.ContentType %q: want a media type on one line", b.ContentType)
+		}
+	}
+	return nil
+}

@@ -149,6 +149,21 @@ type Options struct {
 
 	Headers HeaderMode
 
+	// XRateLimit also sends X-RateLimit-Limit, -Remaining and -Reset, for
+	// clients that know only those: the same limit and remaining as
+	// RateLimit-Limit and -Remaining, and the reset as a Unix time in
+	// seconds, as GitHub and express-rate-limit send it.
+	XRateLimit bool
+
+	// RetryAfterJitter, when positive, adds a random delay of up to this
+	// much to every 429's Retry-After (and its t and RateLimit-Reset), so
+	// that clients denied together do not all come back together.
+	RetryAfterJitter time.Duration
+
+	// DenyBody, when set, is the body of a 429 for clients that do not
+	// prefer application/problem+json, in place of sluice's JSON.
+	DenyBody *DenyBody
+
 	// Authenticators are tried in order after the request context (see
 	// WithIdentity); the first that verifies a credential names the caller.
 	Authenticators []Authenticator
@@ -190,6 +205,9 @@ type Limiter struct {
 	paths     Paths
 	ipv6Bits  int
 	headers   HeaderMode
+	xHeaders  bool
+	jitter    time.Duration
+	denyBody  *DenyBody
 	auth      []Authenticator
 	fallback  Fallback
 	metrics   *Metrics
@@ -219,10 +237,9 @@ type policy struct {
 // ruleSet is the rules one class of caller is checked against, with the
 // header values that depend only on the rules, rendered once.
 type ruleSet struct {
-	rules  []sluice.Rule
-	class  byte // a anonymous, u authenticated, o override
-	limit  []string
-	policy []string // RateLimit-Policy value per rule
+	rules []sluice.Rule
+	class byte // a anonymous, u authenticated, o override
+	quotaHeaders
 }
 
 // New compiles opts into a Limiter, or says what is wrong with them.
@@ -239,6 +256,9 @@ func New(opts Options) (*Limiter, error) {
 		paths:     opts.Paths,
 		ipv6Bits:  opts.IPv6Prefix,
 		headers:   opts.Headers,
+		xHeaders:  opts.XRateLimit,
+		jitter:    opts.RetryAfterJitter,
+		denyBody:  opts.DenyBody,
 		auth:      opts.Authenticators,
 		fallback:  opts.Fallback,
 		metrics:   opts.Metrics,
@@ -249,6 +269,9 @@ func New(opts Options) (*Limiter, error) {
 		allow:     compileAllowlist(opts.Allowlist),
 	}
 	if err := checkForwarded(opts); err != nil {
+		return nil, err
+	}
+	if err := checkResponseOptions(opts); err != nil {
 		return nil, err
 	}
 	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
@@ -324,14 +347,14 @@ func compile(in Policy) (*policy, error) {
 		authed = anon
 	}
 	var err error
-	if p.anon, err = newRuleSet(in.Name, 'a', anon, in.Cost); err != nil {
+	if p.anon, err = newRuleSet(&in, 'a', anon); err != nil {
 		return nil, err
 	}
-	if p.authed, err = newRuleSet(in.Name, 'u', authed, in.Cost); err != nil {
+	if p.authed, err = newRuleSet(&in, 'u', authed); err != nil {
 		return nil, err
 	}
 	for _, o := range in.Overrides {
-		rs, err := newRuleSet(in.Name, 'o', o.Rules, in.Cost)
+		rs, err := newRuleSet(&in, 'o', o.Rules)
 		if err != nil {
 			return nil, fmt.Errorf("%w (override for %q)", err, o.Identity)
 		}
@@ -340,17 +363,12 @@ func compile(in Policy) (*policy, error) {
 	return p, nil
 }
 
-func newRuleSet(name string, class byte, rules []sluice.Rule, cost int64) (ruleSet, error) {
-	probe := sluice.Request{Key: "probe", Cost: cost, Rules: rules}
+func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
+	probe := sluice.Request{Key: "probe", Cost: p.Cost, Rules: rules}
 	if err := sluice.ValidateRequest(probe); err != nil {
-		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", name, err)
+		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}
-	rs := ruleSet{rules: slices.Clone(rules), class: class}
-	for _, r := range rules {
-		rs.limit = append(rs.limit, fmt.Sprint(r.Burst))
-		rs.policy = append(rs.policy, fmt.Sprintf("%s;q=%d;w=%d", quote(name), r.Burst, ceilSeconds(r.RefillTime())))
-	}
-	return rs, nil
+	return ruleSet{rules: slices.Clone(rules), class: class, quotaHeaders: renderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
 }
 
 // rulesFor returns the rules and key class of a caller.
@@ -426,6 +444,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	ctx := r.Context()
 	res, err := l.check(ctx, p, req)
+	decided := time.Now()
 	if err != nil {
 		if !l.storeFailed(w, p, err) {
 			return
@@ -444,8 +463,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 		p.counters.inc(outcomeDenied)
-		l.setHeaders(w.Header(), p, rs, res)
-		deny(w, r, p.Name, res.RetryAfter)
+		l.deny(w, r, p, rs, res, decided)
 		return
 	}
 	if res.Delay > 0 {
@@ -459,16 +477,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	} else {
 		p.counters.inc(outcomeAllowed)
 	}
-	if !p.Shadow {
-		l.setHeaders(w.Header(), p, rs, res)
-	}
-	if p.CostHeader == "" {
-		next.ServeHTTP(w, r)
-		return
-	}
-	cw := &costWriter{ResponseWriter: w, l: l, p: p, rs: rs, key: req.Key, ctx: context.WithoutCancel(ctx)}
-	next.ServeHTTP(cw, r)
-	cw.finish()
+	l.serveAllowed(w, r, next, p, rs, req.Key, res, decided)
 }
 
 // match returns the policy of r, a request in normal form, or nil. When

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -29,11 +30,25 @@ type JWTOptions struct {
 	// Issuer and Audience, when set, must be the token's iss and among
 	// its aud.
 	Issuer, Audience string
+
+	// RequireExp refuses a token without exp: without it, a token that
+	// leaks is good for ever.
+	RequireExp bool
+
+	// MaxAge, when positive, refuses a token issued (iat) longer ago than
+	// MaxAge, or without iat, or issued more than a minute in the future,
+	// whatever its exp says.
+	MaxAge time.Duration
 }
 
+// maxClockSkew is how far in the future a token's iat may lie: the clock
+// of the issuer may run ahead of ours.
+const maxClockSkew = time.Minute
+
 // JWT returns an Authenticator that verifies a JSON Web Token (signature,
-// exp and nbf when present, and the issuer and audience asked for) and
-// names the caller by its subject. Only the algorithms of the configured
+// exp and nbf when present, exp always with RequireExp, the age with
+// MaxAge, and the issuer and audience asked for) and names the caller by
+// its subject. Only the algorithms of the configured
 // key are accepted, so a token cannot pick "none" or HS256-with-the-public-key.
 func JWT(opts JWTOptions) (Authenticator, error) {
 	header := http.CanonicalHeaderKey(opts.Header)
@@ -60,7 +75,13 @@ func JWT(opts JWTOptions) (Authenticator, error) {
 	if opts.PublicKey != nil && len(opts.Secret) > 0 {
 		return nil, fmt.Errorf("httplimit: JWT takes a secret or a public key, not both")
 	}
+	if opts.MaxAge < 0 {
+		return nil, fmt.Errorf("httplimit: JWT MaxAge %v: want 0 (no bound) or more", opts.MaxAge)
+	}
 	popts := []jwt.ParserOption{jwt.WithValidMethods(methods)}
+	if opts.RequireExp {
+		popts = append(popts, jwt.WithExpirationRequired())
+	}
 	if opts.Issuer != "" {
 		popts = append(popts, jwt.WithIssuer(opts.Issuer))
 	}
@@ -86,6 +107,19 @@ func JWT(opts JWTOptions) (Authenticator, error) {
 		if err != nil || !tok.Valid || claims.Subject == "" {
 			return "", false
 		}
+		if opts.MaxAge > 0 && !youngEnough(claims.IssuedAt, opts.MaxAge, time.Now()) {
+			return "", false
+		}
 		return claims.Subject, true
 	}, nil
+}
+
+// youngEnough reports whether a token issued at iat is at most maxAge old
+// at now, and not issued later than the clock skew allows.
+func youngEnough(iat *jwt.NumericDate, maxAge time.Duration, now time.Time) bool {
+	if iat == nil {
+		return false
+	}
+	age := now.Sub(iat.Time)
+	return age <= maxAge && age >= -maxClockSkew
 }
