@@ -235,7 +235,7 @@ func TestLockFreeChecksLoseNoUpdate(t *testing.T) {
 	)
 	one := rules(1e-6, burst)
 	two := []sluice.Rule{{Rate: 1e-6, Burst: burst}, {Rate: 2e-6, Burst: 2 * burst}} // refills within MaxRefillTime
-	churn := rules(1e6, 1) // full again 1 µs after a check: the sweep drops these
+	churn := rules(1e6, 1)                                                           // full again 1 µs after a check: the sweep drops these
 	var admitted [keys]atomic.Int64
 	name := func(k int) string { return fmt.Sprintf("counted-%d", k) }
 	ruleOf := func(k int) []sluice.Rule {
