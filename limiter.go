@@ -57,12 +57,14 @@ func (l Limiter) WaitN(ctx context.Context, n int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Reserve at most a full refill ahead: past that the queue is long and
-	// waiting for the next chance to reserve is as good.
+	// Reserve at most a full refill ahead (and never past MaxDelayLimit):
+	// past that the queue is long and waiting for the next chance to
+	// reserve is as good.
 	var horizon time.Duration
 	for _, r := range l.Rules {
 		horizon = max(horizon, r.RefillTime())
 	}
+	horizon = min(horizon, MaxDelayLimit)
 	for {
 		deadline, hasDeadline := ctx.Deadline()
 		maxDelay := horizon

@@ -56,7 +56,7 @@ func TestBoundsAccepted(t *testing.T) {
 		"[{rate: 1e9/s, burst: 1000000000000000}]", // the fastest rate and the largest burst
 		"[{rate: 10/s, burst: 100}, {rate: 10000/d, burst: 10000}]",
 	} {
-		data := "policies:\n  - name: api\n    match: \"GET /api/\"\n    max_delay: 1h\n    anonymous: " + rules + "\n"
+		data := "server: {max_delay_limit: 1h, read_timeout: 61m}\npolicies:\n  - name: api\n    match: \"GET /api/\"\n    max_delay: 1h\n    anonymous: " + rules + "\n"
 		if _, err := Parse("ok.yaml", ".", []byte(data)); err != nil {
 			t.Errorf("%s refused: %v", rules, err)
 		}

@@ -27,6 +27,7 @@ func TestServeRedisPasswordFile(t *testing.T) {
 	path := filepath.Join(dir, "sluice.yaml")
 	data := fmt.Sprintf(`listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+decision_api: {listen: 127.0.0.1:0}
 store:
   type: redis
   on_error: closed
@@ -47,7 +48,7 @@ policies:
 	s := startServe(t, path)
 	var bodies []string
 	for range 3 {
-		_, body := send(t, "POST", s.traffic+"/v1/check", `{"policy":"api","key":"k1"}`)
+		_, body := send(t, "POST", s.decision+"/v1/check", `{"policy":"api","key":"k1"}`, "Content-Type", "application/json")
 		bodies = append(bodies, body)
 	}
 	if !strings.Contains(bodies[0], `"allowed":true`) || !strings.Contains(bodies[2], `"allowed":false`) {
