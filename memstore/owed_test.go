@@ -213,3 +213,22 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNewKeysAtCap is a flood of distinct keys at the cap: every
+// check evicts a key that still owes something (owed.remember) and looks
+// the new one up (owed.recall).
+func BenchmarkNewKeysAtCap(b *testing.B) {
+	const maxKeys = 100_000
+	s := New(Options{MaxKeys: maxKeys, SweepInterval: -1})
+	names := make([]string, 4*maxKeys)
+	for i := range names {
+		names[i] = fmt.Sprintf("203.0.113.%d:%d", i%256, i)
+	}
+	r := rules(1, 10) // a check leaves the bucket 1 s from full: every victim owes
+	now := int64(1_700_000_000_000_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.CheckAt(sluice.Request{Key: names[i%len(names)], Cost: 1, Rules: r}, now+int64(i))
+	}
+}
