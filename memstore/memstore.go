@@ -25,14 +25,14 @@
 // is full again, and failing that evicts, from a small random sample of the
 // shard's keys, the one that will be full soonest. What an evicted key
 // still owed (the time its buckets would be full again) goes into a fixed
-// array of about half a cell (8 bytes) per key of the cap, and a key that
-// comes back starts from there, never from a fresh bucket: eviction never
-// gives a caller back tokens it spent. When more evicted keys owe something
-// than the array holds, the entries that owed least are merged, so that a
-// key may come back emptier than it was, never fuller (but for debt below
-// zero, forgotten when merged), and a new key that the merged entry's
-// filter matches may start emptier than full, at worst empty: see owed for
-// the bounds. Close stops the sweep; no goroutine outlives it.
+// array of 17 to 34 bytes per key of the cap, and a key that comes back
+// starts from there, never from a fresh bucket: eviction never gives a
+// caller back tokens it spent. When more evicted keys owe something than
+// the array holds, the entries that owe least are merged into one record
+// per group with a Bloom filter of their ids, so that a key may come back
+// emptier than it was, never fuller (but for debt below zero, forgotten
+// when merged), and a new key that the filter matches by chance may start
+// emptier than full, at worst empty: see owed for the odds and bounds. Close stops the sweep; no goroutine outlives it.
 package memstore
 
 import (

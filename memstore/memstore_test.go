@@ -155,7 +155,7 @@ func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
 			t.Fatalf("abuser%d was evicted by the flood and got a full bucket back", i)
 		}
 	}
-	t.Logf("%d of 100000 new keys started emptier than full, through merged cells of owed", denied)
+	t.Logf("%d of 100000 new keys were denied their first request, through owed's merged records", denied)
 }
 
 func TestMillionKeysAgainstACappedStoreStayBounded(t *testing.T) {

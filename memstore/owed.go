@@ -7,87 +7,102 @@ import "github.com/sluicehq/sluice"
 // been full. A key that comes back starts from that, not from a full
 // bucket, so eviction never hands a caller tokens it had spent.
 //
-// It is a fixed array of cells in groups of owedWays (a group is one
-// cache line), chosen by the key's id. A cell holds one key's id and
-// fullAt. When a group has no free cell (none empty, none of the same
-// key, none whose fullAt has passed), the two entries due soonest among
-// the group's and the new one are merged into one merged cell, which
-// keeps the later fullAt of the two, and the ids of both in a 58-bit Bloom
-// filter (two bits an id): it applies to every key whose two bits are set
-// in it. Keys that owe the longest keep cells of their own; a merged cell
-// holds what the keys that owed least owed. So:
+// It is fixed at New, in groups chosen by the key's id. A group has
+// owedWays cells (one cache line), each holding one key's id and fullAt,
+// and a merged record: a 512-bit Bloom filter of ids (three bits an id)
+// and the latest fullAt of the keys merged into it. When a key is evicted
+// and its group has no free cell (none empty, of the same key, or past its
+// fullAt), the entry due soonest among the group's cells and the new one
+// goes into the merged record; the others keep their cells. A merged
+// record whose fullAt has passed starts empty again. So:
 //
 //   - a key that comes back is never fuller than it was: its own cell is
-//     exact (up to the microsecond fullAt was rounded up to), a merged
-//     cell holds a fullAt at least as late as its own;
-//   - a key that never was evicted but whose bits a live merged cell of
-//     its group holds (by chance: about 2% once 4 keys were merged into
-//     the cell, 40% once 29 were) may start emptier than full: by what the merged fullAt would
-//     mean for its own rules, and at worst an empty bucket (no debt), so
-//     it loses at most one burst, once, and refills at its own rate. This
-//     happens only while more evicted keys owe something than the array
-//     has cells (a flood of distinct keys at the cap);
+//     exact (up to the microsecond fullAt was rounded up to), and the
+//     merged record, which its bits match once it was merged, holds a
+//     fullAt at least as late as its own;
+//   - a key that never was evicted but whose three bits the merged record
+//     of its group holds by chance may start emptier than full: as if its
+//     own buckets were full only at the merged fullAt, and at worst empty
+//     (no debt), so it loses at most one burst, once, and refills at its
+//     own rate. The chance is that of a Bloom filter: about 0.03% once 12
+//     keys were merged into the group (the gateway's default cap under a
+//     flood of 2 million keys), 7% once 90 were (a cap of 10,000 flooded
+//     by 200,000), and it grows towards certainty under a flood far
+//     beyond the cap, until the flood stops and the merged fullAt passes;
 //   - a key in debt below zero (paced reservations, Adjust charges) whose
 //     entry was merged comes back empty, not in debt: the one way a key
 //     can come back fuller than it was, by at most that debt, and only
 //     when its group overflowed.
 //
-// Cells expire by themselves: one whose fullAt has passed is free. Memory
-// is fixed at New: about half a cell (8 bytes) per key of the cap.
+// Memory: about 17 bytes per key of the cap (a group of four 16-byte cells
+// and a 72-byte merged record per eight keys).
 type owed struct {
-	cells []owedCell // groups of owedWays; nil when the store has no cap
-	mask  uint64     // number of groups - 1
+	cells  []owedCell   // groups of owedWays; nil when the store has no cap
+	merged []owedMerged // one a group
+	mask   uint64       // number of groups - 1
 }
 
 type owedCell struct {
-	id     uint64 // the key's id; 0: empty; mergedBit set: a merged cell, whose other bits are a Bloom filter of ids
+	id     uint64 // the key's id; 0: empty
 	fullAt int64  // Unix µs when the key's buckets are full again
 }
 
-const (
-	owedWays = 4 // cells a group: 64 bytes, one cache line
-	// mergedBit marks a merged cell: it is an id's lock bit, which is
-	// clear in every id, so no merged cell equals an id.
-	mergedBit = lockBit
-)
-
-// bloomBits are the two bits of id in a merged cell's filter, among bits
-// 6 to 63 (the ones above mergedBit).
-func bloomBits(id uint64) uint64 {
-	x := id * 0xff51afd7ed558ccd
-	return 1<<(idBits+(x>>40)%(64-idBits)) | 1<<(idBits+(x>>16)%(64-idBits))
+type owedMerged struct {
+	filter [8]uint64 // 512 bits
+	fullAt int64     // the latest fullAt merged in; the record is empty once it has passed
 }
 
-// filter is what a cell contributes to a merged cell's filter.
-func (c owedCell) filter() uint64 {
-	if c.id&mergedBit != 0 {
-		return c.id
-	}
-	return mergedBit | bloomBits(c.id)
-}
+// owedWays is the cells a group: 64 bytes, one cache line.
+const owedWays = 4
 
-// newOwed returns the array for a shard of capacity keys: about half a
-// cell per key, in a power of two of groups.
+// newOwed returns the array for a shard of capacity keys: a group per
+// eight keys, in a power of two of groups.
 func newOwed(capacity int) owed {
 	groups := 1
 	for groups*owedWays*2 < capacity {
 		groups <<= 1
 	}
-	return owed{cells: make([]owedCell, groups*owedWays), mask: uint64(groups - 1)}
+	return owed{
+		cells:  make([]owedCell, groups*owedWays),
+		merged: make([]owedMerged, groups),
+		mask:   uint64(groups - 1),
+	}
 }
 
-// group returns the cells id may use. The group comes from id bits that
-// neither the shard nor the table's home slot uses alone.
-func (o *owed) group(id uint64) []owedCell {
-	g := int((id*0x9e3779b97f4a7c15)>>32&o.mask) * owedWays
-	return o.cells[g : g+owedWays : g+owedWays]
+// group returns the index of the group of id, from id bits that neither
+// the shard nor the table's home slot uses alone.
+func (o *owed) group(id uint64) int {
+	return int((id * 0x9e3779b97f4a7c15) >> 32 & o.mask)
+}
+
+// bloomBits returns the three bits of id in a merged filter, as indexes
+// from 0 to 511, from a mix of id other than the one group uses.
+func bloomBits(id uint64) [3]uint {
+	x := id * 0xff51afd7ed558ccd
+	return [3]uint{uint(x >> 55), uint(x>>46) & 511, uint(x>>37) & 511}
+}
+
+func (m *owedMerged) add(id uint64) {
+	for _, b := range bloomBits(id) {
+		m.filter[b>>6] |= 1 << (b & 63)
+	}
+}
+
+func (m *owedMerged) holds(id uint64) bool {
+	for _, b := range bloomBits(id) {
+		if m.filter[b>>6]&(1<<(b&63)) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // remember records that the key of id, evicted at now, is full again at
 // fullAt (> now).
 func (o *owed) remember(id uint64, fullAt, now int64) {
-	g := o.group(id)
-	free := -1
+	gi := o.group(id)
+	g := o.cells[gi*owedWays : gi*owedWays+owedWays]
+	free, soonest := -1, 0
 	for i := range g {
 		c := &g[i]
 		if c.id == id {
@@ -97,58 +112,48 @@ func (o *owed) remember(id uint64, fullAt, now int64) {
 		if free < 0 && (c.id == 0 || c.fullAt <= now) {
 			free = i
 		}
+		if c.fullAt < g[soonest].fullAt {
+			soonest = i
+		}
 	}
 	if free >= 0 {
 		g[free] = owedCell{id: id, fullAt: fullAt}
 		return
 	}
-	// Every cell is live: merge the two entries due soonest, the new one
-	// (index owedWays) included.
-	entry := owedCell{id: id, fullAt: fullAt}
-	cell := func(i int) owedCell {
-		if i == owedWays {
-			return entry
-		}
-		return g[i]
+	// Every cell is live: the entry due soonest goes into the merged record.
+	m := &o.merged[gi]
+	if m.fullAt <= now {
+		*m = owedMerged{}
 	}
-	at := func(i int) int64 { return cell(i).fullAt }
-	a, b := -1, -1 // a due soonest, then b
-	for i := 0; i <= owedWays; i++ {
-		switch {
-		case a < 0 || at(i) < at(a):
-			a, b = i, a
-		case b < 0 || at(i) < at(b):
-			b = i
-		}
+	if g[soonest].fullAt < fullAt {
+		m.add(g[soonest].id)
+		m.fullAt = max(m.fullAt, g[soonest].fullAt)
+		g[soonest] = owedCell{id: id, fullAt: fullAt}
+		return
 	}
-	merged := owedCell{id: cell(a).filter() | cell(b).filter(), fullAt: max(at(a), at(b))}
-	switch {
-	case a == owedWays:
-		g[b] = merged
-	case b == owedWays:
-		g[a] = merged
-	default:
-		g[a], g[b] = merged, entry
-	}
+	m.add(id)
+	m.fullAt = max(m.fullAt, fullAt)
 }
 
 // recall returns, for the key of id coming back at now, the fullAt of its
-// own cell and the latest of the group's merged cells whose filter holds
-// it (each ≤ now when there is none), and frees its own cell: the key's state is in the table again.
+// own cell and of its group's merged record if that holds it (each ≤ now
+// when there is none), and frees its own cell: the key's state is in the
+// table again.
 func (o *owed) recall(id uint64, now int64) (own, merged int64) {
 	own, merged = now, now
-	bits := bloomBits(id)
-	g := o.group(id)
+	gi := o.group(id)
+	g := o.cells[gi*owedWays : gi*owedWays+owedWays]
 	for i := range g {
-		c := &g[i]
-		switch {
-		case c.fullAt <= now:
-		case c.id == id:
-			own = c.fullAt
+		if c := &g[i]; c.id == id {
+			if c.fullAt > now {
+				own = c.fullAt
+			}
 			*c = owedCell{}
-		case c.id&mergedBit != 0 && c.id&bits == bits:
-			merged = max(merged, c.fullAt)
+			break
 		}
+	}
+	if m := &o.merged[gi]; m.fullAt > now && m.holds(id) {
+		merged = m.fullAt
 	}
 	return own, merged
 }
@@ -157,7 +162,7 @@ func (o *owed) recall(id uint64, now int64) (own, merged int64) {
 // is full at own and whose group's merged record says merged (either ≤ now
 // when absent): the tokens a bucket full at own has now, at most as many
 // as one full at merged has, but never fewer than none because of
-// merged, which may be another key's.
+// merged, which may be other keys'.
 func owedBucket(r sluice.Rule, now, own, merged int64) sluice.Bucket {
 	burst := float64(r.Burst)
 	var deficit float64

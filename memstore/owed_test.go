@@ -144,44 +144,50 @@ func TestCappedNeverMorePermissiveThanUncapped(t *testing.T) {
 	}
 }
 
-// owed on its own: an entry is exact for its key, merging keeps the later
-// time and only the two entries due soonest, and expired cells are free.
+// owed on its own: an entry is exact for its key, an overflow sends the
+// entry due soonest into the merged record, which keeps the latest time
+// and matches the keys merged into it, and expired records are free.
 func TestOwedRemembersAndMerges(t *testing.T) {
 	o := newOwed(8) // one group of 4 cells
-	if len(o.cells) != owedWays {
-		t.Fatalf("%d cells for a shard of 8 keys; want one group", len(o.cells))
+	if len(o.cells) != owedWays || len(o.merged) != 1 {
+		t.Fatalf("%d cells, %d merged records for a shard of 8 keys; want one group", len(o.cells), len(o.merged))
 	}
 	const now = 1_000
-	ids := []uint64{1 << 40, 2 << 40, 3 << 40, 4 << 40, 5 << 40}
+	ids := []uint64{1 << 40, 2 << 40, 3 << 40, 4 << 40, 5 << 40, 6 << 40}
 	for i, id := range ids[:4] {
-		o.remember(id|1, now+100*int64(i+1), now) // due at 100, 200, 300, 400
+		o.remember(id|1, now+100*int64(i+2), now) // due at +200, +300, +400, +500
 	}
-	// A fifth live entry: the two due soonest (100 and 200) are merged.
-	o.remember(ids[4]|1, now+500, now)
-	if own, merged := o.recall(ids[0]|1, now); own != now || merged != now+200 {
-		t.Fatalf("merged key: own %d, merged %d; want no own cell and a merged one due at +200", own-now, merged-now)
-	}
-	if own, _ := o.recall(ids[3]|1, now); own != now+400 {
-		t.Fatalf("kept key: own due at %+d, want +400", own-now)
-	}
-	if own, _ := o.recall(ids[3]|1, now); own != now {
-		t.Fatal("recall did not free the key's own cell")
-	}
-	if own, merged := o.recall(ids[4]|1, now+600); own != now+600 || merged != now+600 {
-		t.Fatal("a cell due in the past still applied")
-	}
-	// A key never remembered is not touched by the merged cell unless its
-	// bits are all in the filter.
-	stranger := uint64(77<<40 | 1)
-	_, merged := o.recall(stranger, now)
-	filterHolds := false
-	for _, c := range o.cells {
-		if c.id&mergedBit != 0 && c.id&bloomBits(stranger) == bloomBits(stranger) {
-			filterHolds = true
+	o.remember(ids[4]|1, now+600, now) // the one due at +200 is merged
+	o.remember(ids[5]|1, now+100, now) // due soonest of all: merged itself
+	for _, c := range []struct {
+		id          uint64
+		own, merged int64
+	}{
+		{ids[0] | 1, 0, 200}, {ids[5] | 1, 0, 200}, {ids[1] | 1, 300, 200}, {ids[4] | 1, 600, 200},
+	} {
+		own, merged := o.recall(c.id, now)
+		if own-now != c.own || (merged > now && merged-now != c.merged) || (merged == now && o.merged[0].holds(c.id)) {
+			t.Fatalf("id %x: own %+d, merged %+d; want own %+d, merged %+d", c.id, own-now, merged-now, c.own, c.merged)
+		}
+		if c.own != 0 && merged == now {
+			continue
 		}
 	}
-	if (merged > now) != filterHolds {
-		t.Fatalf("stranger: merged %+d, filter holds it %v", merged-now, filterHolds)
+	if own, _ := o.recall(ids[1]|1, now); own != now {
+		t.Fatal("recall did not free the key's own cell")
+	}
+	if own, merged := o.recall(ids[3]|1, now+600); own != now+600 || merged != now+600 {
+		t.Fatal("a record due in the past still applied")
+	}
+	if !o.merged[0].holds(ids[0]|1) || !o.merged[0].holds(ids[5]|1) {
+		t.Fatal("the merged filter lost a key merged into it")
+	}
+	// Once its fullAt has passed, the merged record starts empty again.
+	for i := uint64(10); i < 15; i++ {
+		o.remember(i<<40|1, now+2000, now+1000)
+	}
+	if o.merged[0].holds(ids[0]|1) && o.merged[0].holds(ids[5]|1) {
+		t.Fatal("an expired merged record was not emptied before reuse")
 	}
 }
 
@@ -230,5 +236,35 @@ func BenchmarkNewKeysAtCap(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s.CheckAt(sluice.Request{Key: names[i%len(names)], Cost: 1, Rules: r}, now+int64(i))
+	}
+}
+
+// What owed costs callers who did nothing: after a flood of 200,000 keys
+// (each spending its whole burst) into a cap of 10,000, a new key may
+// match a merged record by chance and start emptier than full (owed's doc
+// gives the odds: about 7% here). Keys of the flooded policy and of
+// another, much faster one are counted; both stay far from all.
+func TestFloodLeavesMostNewKeysFull(t *testing.T) {
+	clock := newFakeClock()
+	s := New(Options{Now: clock.Now, MaxKeys: 10_000, SweepInterval: -1})
+	ctx := context.Background()
+	slow, fast := rules(3.0/3600, 3), rules(100, 200)
+	for i := 0; i < 200_000; i++ {
+		clock.Add(50 * time.Microsecond) // 20,000 keys a second
+		s.Check(ctx, sluice.Request{Key: fmt.Sprint("flood", i), Cost: 3, Rules: slow})
+	}
+	const n = 2000
+	slowHit, fastHit := 0, 0
+	for i := 0; i < n; i++ {
+		if r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("new", i), Cost: 1, Rules: slow}); r.Remaining < 2 {
+			slowHit++
+		}
+		if r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("other", i), Cost: 1, Rules: fast}); r.Remaining < 199 {
+			fastHit++
+		}
+	}
+	t.Logf("after the flood, %d of %d new keys of the flooded policy and %d of %d of another started emptier than full", slowHit, n, fastHit, n)
+	if slowHit > n/5 || fastHit > n/5 {
+		t.Fatalf("more than a fifth of new keys started emptier than full: %d and %d of %d", slowHit, fastHit, n)
 	}
 }
