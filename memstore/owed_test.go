@@ -268,3 +268,42 @@ func TestFloodLeavesMostNewKeysFull(t *testing.T) {
 		t.Fatalf("more than a fifth of new keys started emptier than full: %d and %d of %d", slowHit, fastHit, n)
 	}
 }
+
+// FuzzCappedStore is TestCappedNeverMorePermissiveThanUncapped with the
+// fuzzer choosing the cap, the keys, the costs and the pauses: a capped
+// store never admits what an uncapped one, fed the same admitted
+// requests, would refuse, and never reports more remaining.
+func FuzzCappedStore(f *testing.F) {
+	f.Add(uint8(1), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 1, 1, 1})
+	f.Add(uint8(3), []byte("an attacker floods the store with new keys and comes back"))
+	f.Add(uint8(0), []byte{255, 254, 253, 0, 0, 0, 0, 0, 7, 7, 7, 7})
+	policies := [][]sluice.Rule{rules(1, 3), rules(0.01, 5), {{Rate: 2, Burst: 4}, {Rate: 0.05, Burst: 6}}}
+	f.Fuzz(func(t *testing.T, capacity uint8, program []byte) {
+		clock := newFakeClock()
+		capped := New(Options{Now: clock.Now, Shards: 1, MaxKeys: 1 + int(capacity%16), SweepInterval: -1})
+		oracle := New(Options{Now: clock.Now, SweepInterval: -1})
+		ctx := context.Background()
+		for len(program) >= 2 {
+			op, arg := program[0], program[1]
+			program = program[2:]
+			clock.Add(time.Duration(arg&0x0f) * 50 * time.Millisecond)
+			k := int(op % 24)
+			ru := policies[k%len(policies)]
+			cost := min(int64(arg>>4)%4, ru[0].Burst)
+			req := sluice.Request{Key: fmt.Sprint("k", k), Cost: cost, Rules: ru}
+			got, err := capped.Check(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Allowed {
+				req.Cost = 0
+				oracle.Check(ctx, req)
+				continue
+			}
+			want, _ := oracle.Check(ctx, req)
+			if !want.Allowed || got.Remaining > want.Remaining {
+				t.Fatalf("%s cost %d: capped %+v, uncapped %+v", req.Key, cost, got, want)
+			}
+		}
+	})
+}
