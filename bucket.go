@@ -55,7 +55,7 @@ const maxMicros = 1 << 53
 
 // refillBound is MaxRefillTime in seconds, with room for the rounding of a
 // rate written as COUNT/UNIT (1/366d refills in 366 days, not a hair more).
-const refillBound = 366 * 24 * 3600 * (1 + 1e-9)
+const refillBound = float64(MaxRefillTime/time.Second) * (1 + 1e-9)
 
 // tolerance absorbs the rounding of float64 arithmetic in the comparison of
 // tokens against a cost, so that a caller who waits exactly RetryAfter is
@@ -264,6 +264,7 @@ func ValidateRequest(req Request) error {
 	// The common case, a valid check of one rule, is decided inline; the
 	// rest, and every error, in validateRequest.
 	if len(req.Rules) == 1 && req.Key != "" && req.Cost >= 0 && req.MaxDelay >= 0 && req.MaxDelay <= MaxDelayLimit {
+		// burst ≤ rate × refillBound also says rate > 0 (and not NaN).
 		if r := req.Rules[0]; r.Rate <= MaxRate && r.Burst >= 1 && r.Burst <= MaxBurst && float64(r.Burst) <= r.Rate*refillBound && req.Cost <= r.Burst {
 			return nil
 		}

@@ -38,7 +38,7 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w: burst %d: want an integer from 1 to %d", ErrInvalid, r.Burst, int64(MaxBurst))
 	}
 	if !(float64(r.Burst) <= r.Rate*refillBound) {
-		return fmt.Errorf("%w: rate %s with burst %d refills an empty bucket in %s: want at most 366 days; raise the rate to at least %d/8784h or lower the burst",
+		return fmt.Errorf("%w: %s with burst %d refills an empty bucket in %s: want at most 366 days; raise the rate to at least %d/8784h or lower the burst",
 			ErrInvalid, FormatRate(r.Rate), r.Burst, span(float64(r.Burst)/r.Rate), r.Burst)
 	}
 	return nil

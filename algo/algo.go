@@ -171,6 +171,9 @@ func validate(name string, req sluice.Request) error {
 	if err := sluice.ValidateRequest(req); err != nil {
 		return err
 	}
+	if err := validateLog(name, req.Rules, 0); err != nil {
+		return err
+	}
 	if req.MaxDelay > 0 && !Paces(name) {
 		return fmt.Errorf("%w: max delay %v: %s does not pace requests; use %s or %s, or no max delay",
 			sluice.ErrInvalid, req.MaxDelay, name, TokenBucket, LeakyBucket)

@@ -38,10 +38,15 @@ for i = 1, n do
   burst[i] = tonumber(ARGV[5 + 2 * i])
 end
 
--- ceil_micros rounds a span of µs up; non-positive is 0.
+-- ceil_micros rounds a span of µs up; non-positive is 0, and 2^53 or more
+-- is 2^53 (maxMicros in report.go: where every span saturates).
+local max_us = 9007199254740992
 local function ceil_micros(us)
   if us <= 0 then
     return 0
+  end
+  if us >= max_us then
+    return max_us
   end
   return math.ceil(us)
 end
@@ -70,6 +75,14 @@ local function max_of(a, b)
     return a
   end
   return b
+end
+
+-- add_count: a window's count plus delta, within 0 and 2^53 (addCount).
+local function add_count(count, delta)
+  if delta > max_us - count then
+    return max_us
+  end
+  return max_of(0, count + delta)
 end
 
 -- pick: denied, the rule that makes the caller wait longest; allowed, the

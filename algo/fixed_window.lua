@@ -45,7 +45,7 @@ if op == 'c' then -- decideFixedWindow
   end
 else -- adjustFixedWindow
   for i = 1, n do
-    count[i] = max_of(0, count[i] + amount)
+    count[i] = add_count(count[i], amount)
     if count[i] > burst[i] then
       allowed = false
     end

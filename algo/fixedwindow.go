@@ -64,7 +64,7 @@ func adjustFixedWindow(s *[]fixedWindow, rules []sluice.Rule, now, delta int64) 
 	allowed := true
 	for i, r := range rules {
 		ts[i] = st[i].roll(window(r), now)
-		st[i].count = max(0, st[i].count+delta)
+		st[i].count = addCount(st[i].count, delta)
 		if st[i].count > r.Burst {
 			allowed = false
 		}

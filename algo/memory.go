@@ -106,6 +106,9 @@ func (s *memStore[S]) Adjust(_ context.Context, key string, delta int64, rules [
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}
+	if err := validateLog(s.name, rules, delta); err != nil {
+		return sluice.Result{}, err
+	}
 	now := s.now()
 	sh, e := s.entry(key, now)
 	res, idle := s.adjust(&e.state, rules, now, delta)

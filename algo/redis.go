@@ -67,6 +67,9 @@ func (s *redisStore) Adjust(ctx context.Context, key string, delta int64, rules 
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}
+	if err := validateLog(s.name, rules, delta); err != nil {
+		return sluice.Result{}, err
+	}
 	return s.run(ctx, "a", key, delta, 0, rules)
 }
 

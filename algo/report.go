@@ -65,12 +65,30 @@ func remaining(room float64) int64 {
 	return int64(math.Floor(room + tolerance))
 }
 
-// ceilMicros rounds a span of microseconds up; a non-positive span is 0.
+// maxMicros is where every span saturates, as in package sluice: 2^53 µs
+// (sluice.MaxWait), exact in float64, so common.lua clamps to the same
+// number. It also bounds a window's count: no charge wraps it.
+const maxMicros = 1 << 53
+
+// ceilMicros rounds a span of microseconds up; a non-positive span is 0,
+// and one of maxMicros or more (infinite included) is maxMicros.
 func ceilMicros(us float64) int64 {
 	if us <= 0 {
 		return 0
 	}
+	if !(us < maxMicros) {
+		return maxMicros
+	}
 	return int64(math.Ceil(us))
+}
+
+// addCount is a window's count plus delta, between 0 and maxMicros: a
+// charge saturates instead of wrapping (count is within those bounds).
+func addCount(count, delta int64) int64 {
+	if delta > maxMicros-count {
+		return maxMicros
+	}
+	return max(0, count+delta)
 }
 
 // resize returns s with n zero elements when it does not hold n already:

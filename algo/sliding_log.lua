@@ -82,7 +82,7 @@ else -- adjustSlidingLog
   if amount > 0 then
     add(amount)
   elseif amount < 0 then
-    redis.call('ZPOPMAX', key, -amount)
+    redis.call('ZPOPMAX', key, fmt(math.min(-amount, max_us))) -- a count Redis reads
   end
   retry, allowed = outcomes(0)
 end

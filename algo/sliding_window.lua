@@ -72,7 +72,7 @@ if op == 'c' then -- decideSlidingWindow
   end
 else -- adjustSlidingWindow
   for i = 1, n do
-    cur[i] = max_of(0, cur[i] + amount)
+    cur[i] = add_count(cur[i], amount)
     est[i] = estimate(i)
     over[i] = est[i] > burst[i] + tolerance
     if over[i] then

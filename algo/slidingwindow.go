@@ -115,7 +115,7 @@ func adjustSlidingWindow(s *[]slidingWindow, rules []sluice.Rule, now, delta int
 	for i, r := range rules {
 		w := window(r)
 		ts[i] = st[i].roll(w, now)
-		st[i].cur = max(0, st[i].cur+delta)
+		st[i].cur = addCount(st[i].cur, delta)
 		est[i] = st[i].estimate(w, ts[i])
 		if est[i] > float64(r.Burst)+tolerance {
 			over[i], allowed = true, false

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 )
 
 // ruleBounds reports, on the field to change, a rule whose arithmetic
@@ -43,5 +45,26 @@ func (v *validator) ruleBounds(at string, r sluice.Rule, cost int64) bool {
 func (v *validator) maxDelay(field string, d time.Duration) {
 	if d < 0 || d > sluice.MaxDelayLimit {
 		v.fail(field, "%v: want 0s (reject) or a positive duration of at most %v to pace requests, such as 500ms", d, sluice.MaxDelayLimit)
+	}
+}
+
+// logBounds reports the rules of a sliding_log policy whose burst is above
+// algo.MaxLogBurst: the log keeps an entry per admitted unit, so its
+// burst is what one key can cost in memory.
+func (v *validator) logBounds(at string, p *Policy) {
+	if p.Algorithm != algo.SlidingLog {
+		return
+	}
+	check := func(field string, rules []Rule) {
+		for i, r := range rules {
+			if r.Burst > algo.MaxLogBurst {
+				v.fail(fmt.Sprintf("%s[%d].burst", field, i), "%d: sliding_log keeps an entry per admitted unit; want at most %d, or algorithm: sliding_window", r.Burst, algo.MaxLogBurst)
+			}
+		}
+	}
+	check(at+".anonymous", p.Anonymous)
+	check(at+".authenticated", p.Authenticated)
+	for j, o := range p.Overrides {
+		check(fmt.Sprintf("%s.overrides[%d].authenticated", at, j), o.Authenticated)
 	}
 }

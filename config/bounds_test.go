@@ -32,6 +32,8 @@ func TestBoundsRefused(t *testing.T) {
 			[]string{"bad.yaml:5: policies[0].max_delay: 2562047h0m0s: want 0s (reject) or a positive duration of at most 1h0m0s"}},
 		{"max_delay just above the bound", pol + "    anonymous: [{rate: 1/s, burst: 1}]\n    max_delay: 1h0m0.001s\n",
 			[]string{"bad.yaml:5: policies[0].max_delay:", "at most 1h0m0s"}},
+		{"sliding_log burst", pol + "    algorithm: sliding_log\n    anonymous: [{rate: 1000/s, burst: 100001}]\n",
+			[]string{"bad.yaml:5: policies[0].anonymous[0].burst: 100001: sliding_log keeps an entry per admitted unit; want at most 100000"}},
 		{"local share too slow", "store:\n  type: redis\n  instances: 4\n  redis: {url: redis://127.0.0.1:1}\n" + pol + "    anonymous: [{rate: 1/8784h, burst: 1}]\n",
 			[]string{"bad.yaml:8: policies[0].anonymous[0].rate:", "local fallback's share with store.instances 4", "4 years"}},
 	} {

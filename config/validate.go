@@ -364,6 +364,7 @@ func (v *validator) policies() {
 		} else if p.MaxDelay > 0 && !algo.Paces(p.Algorithm) {
 			v.fail(at+".max_delay", "%v: %s does not pace requests; want max_delay: 0s, or algorithm: token_bucket or leaky_bucket", p.MaxDelay, p.Algorithm)
 		}
+		v.logBounds(at, p)
 		seen := make(map[string]int)
 		for j, o := range p.Overrides {
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)

@@ -8,27 +8,37 @@
 // each other's few nanoseconds of arithmetic. New keys, keys of several
 // rules, the sweep and eviction take the shard's mutex. A check on a key
 // that exists allocates nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
-// per store, so no caller can aim for a collision; 59 of its bits tell keys
+// per store, so no caller can aim for a collision; 58 of its bits tell keys
 // apart, so two of a million keys share state with a chance of about one
-// in a million), and the state of a key with one rule sits in its slot of
+// in 600,000), and the state of a key with one rule sits in its slot of
 // an open-addressing table that the garbage collector never scans: 32
-// bytes a slot, about 50 bytes a key on average, whatever the key's
-// length.
+// bytes a slot, whatever the key's length. The table doubles when it is
+// three quarters full, so a key costs 43 to 85 bytes of heap, 67 at a
+// million keys (BenchmarkBytesPerKey); the process's resident size is
+// larger by the garbage collector's headroom (up to twice the live heap at
+// the default GOGC).
 //
 // Memory is bounded two ways. A background sweep (every SweepInterval)
 // drops every key whose buckets are all full again: a missing key is a full
 // bucket, so this changes no answer. And MaxKeys caps the number of keys:
 // when a new key arrives at a full shard, the store first drops a key that
 // is full again, and failing that evicts, from a small random sample of the
-// shard's keys, the one that will be full soonest. The evicted key starts
-// again from a full bucket: under a flood of distinct keys, a real caller
-// may be given back at most its burst, once per eviction, and memory stays
-// at the cap. Close stops the sweep; no goroutine outlives it.
+// shard's keys, the one that will be full soonest. What an evicted key
+// still owed (the time its buckets would be full again) goes into a fixed
+// array of 17 to 34 bytes per key of the cap, and a key that comes back
+// starts from there, never from a fresh bucket: eviction never gives a
+// caller back tokens it spent. When more evicted keys owe something than
+// the array holds, the entries that owe least are merged into one record
+// per group with a Bloom filter of their ids, so that a key may come back
+// emptier than it was, never fuller (but for debt below zero, forgotten
+// when merged), and a new key that the filter matches by chance may start
+// emptier than full, at worst empty: see owed for the odds and bounds. Close stops the sweep; no goroutine outlives it.
 package memstore
 
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -72,9 +82,10 @@ type Store struct {
 
 // shard holds some keys under its own lock.
 type shard struct {
-	mu sync.Mutex // for writers of the table: see table
-	t  table
-	_  [64]byte // keeps neighbouring shards' locks off one cache line
+	mu   sync.Mutex // for writers of the table, and for owed: see table
+	t    table
+	owed owed     // what keys evicted at the cap still owed
+	_    [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -103,6 +114,9 @@ func New(opts Options) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].t.extra = make(map[uint64][]sluice.Bucket)
+		if s.shardCap > 0 {
+			s.shards[i].owed = newOwed(s.shardCap)
+		}
 	}
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -134,7 +148,7 @@ func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	if len(req.Rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
 			res := sluice.Decide(sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
-			sl.fullAt = now + res.ResetAfter.Microseconds()
+			sl.fullAt = after(now, res.ResetAfter)
 			sl.unlock()
 			return res
 		}
@@ -164,7 +178,7 @@ func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64
 	if len(rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
 			res := sluice.AdjustBuckets(sl.b[:], rules, now, delta)
-			sl.fullAt = now + res.ResetAfter.Microseconds()
+			sl.fullAt = after(now, res.ResetAfter)
 			sl.unlock()
 			return res
 		}
@@ -237,7 +251,13 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 		return sl
 	}
 	if s.shardCap > 0 && sh.t.used >= s.shardCap {
-		sh.t.evict(now, hash*0x9e3779b97f4a7c15)
+		if victim, fullAt := sh.t.evict(now, hash*0x9e3779b97f4a7c15); fullAt > now {
+			sh.owed.remember(victim, fullAt, now)
+		}
+	}
+	own, merged := now, now
+	if sh.owed.cells != nil {
+		own, merged = sh.owed.recall(id, now)
 	}
 	sl := sh.t.insert(id)
 	var b []sluice.Bucket
@@ -249,6 +269,9 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 	}
 	for i, r := range rules {
 		b[i] = sluice.FullBucket(r, now)
+		if own > now || merged > now {
+			b[i] = owedBucket(r, now, own, merged)
+		}
 	}
 	return sl
 }
@@ -257,9 +280,18 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 // for one rule, the result's ResetAfter says it already.
 func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64, res sluice.Result) int64 {
 	if len(rules) == 1 {
-		return now + res.ResetAfter.Microseconds()
+		return after(now, res.ResetAfter)
 	}
-	return now + sluice.ExpiryAfter(b, rules, 0).Microseconds()
+	return after(now, sluice.ExpiryAfter(b, rules, 0))
+}
+
+// after is now + d in Unix µs, saturating rather than wrapping (d ≥ 0).
+func after(now int64, d time.Duration) int64 {
+	t := now + d.Microseconds()
+	if t < now {
+		return math.MaxInt64
+	}
+	return t
 }
 
 // evictSample is how many keys evict looks at when none is full again.

@@ -128,7 +128,9 @@ func TestRulesChangedStartAFreshState(t *testing.T) {
 
 // At the cap, a new key evicts from a sample the key that is full soonest:
 // keys that are deep in debt (the ones being limited) survive a flood of
-// new keys, and the number of keys never passes the cap.
+// new keys, or are remembered in owed when they do not, and the number of
+// keys never passes the cap. A flood this far beyond the owed array makes
+// some new keys start emptier than full (see owed); they are counted.
 func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
 	clock := newFakeClock()
 	const limit = 1000
@@ -138,10 +140,11 @@ func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		s.Check(ctx, sluice.Request{Key: fmt.Sprint("abuser", i), Cost: 10, Rules: slow})
 	}
+	denied := 0
 	for i := 0; i < 100_000; i++ {
 		r, _ := s.Check(ctx, sluice.Request{Key: fmt.Sprint("spoofed", i), Cost: 1, Rules: slow})
 		if !r.Allowed {
-			t.Fatalf("a new key is a full bucket, yet spoofed%d was denied", i)
+			denied++
 		}
 		if n := s.Len(); n > limit {
 			t.Fatalf("%d keys held, cap %d", n, limit)
@@ -152,6 +155,7 @@ func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
 			t.Fatalf("abuser%d was evicted by the flood and got a full bucket back", i)
 		}
 	}
+	t.Logf("%d of 100000 new keys were denied their first request, through owed's merged records", denied)
 }
 
 func TestMillionKeysAgainstACappedStoreStayBounded(t *testing.T) {
@@ -234,8 +238,9 @@ func TestLockFreeChecksLoseNoUpdate(t *testing.T) {
 		checks  = 40_000
 	)
 	one := rules(1e-6, burst)
-	two := []sluice.Rule{{Rate: 1e-6, Burst: burst}, {Rate: 2e-6, Burst: 2 * burst}} // refills within MaxRefillTime
-	churn := rules(1e6, 1)                                                           // full again 1 µs after a check: the sweep drops these
+	// The second rule refills within MaxRefillTime, as a valid rule must.
+	two := []sluice.Rule{{Rate: 1e-6, Burst: burst}, {Rate: 2e-6, Burst: 2 * burst}}
+	churn := rules(1e6, 1) // full again 1 µs after a check: the sweep drops these
 	var admitted [keys]atomic.Int64
 	name := func(k int) string { return fmt.Sprintf("counted-%d", k) }
 	ruleOf := func(k int) []sluice.Rule {

@@ -254,10 +254,11 @@ func (t *table) sweep(now int64) int {
 
 // evict empties one slot to make room: a key that is full again if the
 // sample of up to evictSample keys after a random start holds one, else
-// the sampled key that will be full soonest.
-func (t *table) evict(now int64, start uint64) {
+// the sampled key that will be full soonest. It returns the id of the key
+// it dropped and when that key would have been full again.
+func (t *table) evict(now int64, start uint64) (id uint64, fullAt int64) {
 	if t.used == 0 {
-		return
+		return 0, now
 	}
 	mask := len(t.slots) - 1
 	victim, victimAt, seen := -1, int64(0), 0
@@ -277,6 +278,7 @@ func (t *table) evict(now int64, start uint64) {
 			break
 		}
 	}
-	t.slots[victim].lock()
+	id = t.slots[victim].lock()
 	t.deleteAt(victim)
+	return id, victimAt
 }
