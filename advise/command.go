@@ -1,4 +1,4 @@
-// Package advise derives rate limits from access logs (SPEC §6): it is
+// Package advise derives rate limits from access logs: it is
 // `sluice advise`.
 //
 // It reads Common and Combined Log Format and JSON lines (the format is
