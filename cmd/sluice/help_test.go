@@ -54,7 +54,7 @@ func TestEveryHelp(t *testing.T) {
 // TestBadFlag: a flag that does not exist is named on stderr with where to
 // find the help, and exits 2 with nothing on stdout.
 func TestBadFlag(t *testing.T) {
-	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise", "generate"}, {"version"}} {
+	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise"}, {"advise", "generate"}, {"version"}} {
 		code, out, errOut := runBinary(t, append(cmd, "--no-such-flag")...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "-no-such-flag") || !strings.Contains(errOut, "--help") {
 			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", strings.Join(cmd, " "), code, out, errOut)
