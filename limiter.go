@@ -83,7 +83,9 @@ func (l Limiter) WaitN(ctx context.Context, n int64) error {
 		if hasDeadline && time.Until(deadline) < res.RetryAfter {
 			return fmt.Errorf("sluice: WaitN(%d) for %q would wait %v, past the context's deadline: %w", n, l.Key, res.RetryAfter, context.DeadlineExceeded)
 		}
-		if err := sleep(ctx, res.RetryAfter); err != nil {
+		// A store that denies without a retry time (one that does not
+		// know it) is asked again soon, not in a busy loop.
+		if err := sleep(ctx, max(res.RetryAfter, time.Millisecond)); err != nil {
 			return err
 		}
 	}
