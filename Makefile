@@ -1,7 +1,7 @@
 .PHONY: bench test run
 
 # The comparison suite of bench/ (its own module): sluice and its peers on
-# the same work, one table with the ratios. About ten minutes; not part of
+# the same work, one table with the ratios. 3 to 8 minutes (BENCHMARKS.md); not part of
 # the tests. BENCHFLAGS passes flags on, e.g. BENCHFLAGS="-only memory".
 bench:
 	cd bench && go run ./cmd/compare $(BENCHFLAGS)

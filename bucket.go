@@ -87,8 +87,8 @@ func refill(b Bucket, r Rule, now int64) float64 {
 
 // Decide applies a check of cost (and, when maxDelay > 0, a reservation
 // that waits at most maxDelay) to buckets, one per rule, at now in Unix
-// microseconds, and updates buckets in place. It is the definition of
-// SPEC §2 and §3 that every store shares. Input must be valid (see
+// microseconds, and updates buckets in place. It is the one definition of
+// the token bucket and of reservations that every store shares. Input must be valid (see
 // ValidateRequest): Decide does not check it.
 //
 // All rules are refilled to now. The request passes when every bucket

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -47,6 +48,8 @@ func (l Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // WaitN blocks until n tokens are there and takes them. Callers queue in
 // arrival order: WaitN reserves the tokens (Request.MaxDelay) and sleeps
 // for the reservation's Delay, across processes when the store is shared.
+// With a store that does not take reservations (a window algorithm of
+// package algo) it asks again after each denial's RetryAfter instead.
 //
 // Like x/time/rate, it returns at once, taking nothing, with an error
 // wrapping context.DeadlineExceeded when the tokens would come after ctx's
@@ -65,13 +68,24 @@ func (l Limiter) WaitN(ctx context.Context, n int64) error {
 		horizon = max(horizon, r.RefillTime())
 	}
 	horizon = min(horizon, MaxDelayLimit)
+	reserve := true
 	for {
 		deadline, hasDeadline := ctx.Deadline()
 		maxDelay := horizon
 		if hasDeadline {
 			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
 		}
+		if !reserve {
+			maxDelay = 0
+		}
 		res, err := l.Store.Check(ctx, Request{Key: l.Key, Cost: n, Rules: l.Rules, MaxDelay: maxDelay})
+		if err != nil && maxDelay > 0 && errors.Is(err, ErrInvalid) {
+			// A store of an algorithm that does not pace (package algo's
+			// windows) refuses reservations: ask it plainly, and wait for
+			// its retry time between asks.
+			reserve = false
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -85,7 +99,9 @@ func (l Limiter) WaitN(ctx context.Context, n int64) error {
 		if hasDeadline && time.Until(deadline) < res.RetryAfter {
 			return fmt.Errorf("sluice: WaitN(%d) for %q would wait %v, past the context's deadline: %w", n, l.Key, res.RetryAfter, context.DeadlineExceeded)
 		}
-		if err := sleep(ctx, res.RetryAfter); err != nil {
+		// A store that denies without a retry time (one that does not
+		// know it) is asked again soon, not in a busy loop.
+		if err := sleep(ctx, max(res.RetryAfter, time.Millisecond)); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -153,4 +154,30 @@ func equal(a, b []bool) bool {
 		}
 	}
 	return true
+}
+
+// TestLimiterWaitWithoutReservations: on a store that refuses reservations
+// (a fixed window), Wait still serves every caller, no faster than the
+// window allows.
+func TestLimiterWaitWithoutReservations(t *testing.T) {
+	store, err := algo.Memory(algo.FixedWindow, algo.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rule := sluice.Rule{Rate: 20, Burst: 2} // 2 per 100 ms window
+	lim := sluice.Limiter{Store: store, Key: "k", Rules: []sluice.Rule{rule}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	for i := range 7 {
+		if err := lim.Wait(ctx); err != nil {
+			t.Fatalf("Wait %d: %v", i, err)
+		}
+	}
+	// 7 requests at 2 per window need at least 4 windows: 3 boundaries
+	// crossed, at least 200 ms after the first window's start.
+	if elapsed := time.Since(start); elapsed < 200*time.Millisecond {
+		t.Fatalf("7 waits on 2 per 100 ms took %v", elapsed)
+	}
 }

@@ -56,7 +56,7 @@ type Request struct {
 	// MaxDelay, when positive, turns a denial into a reservation when the
 	// tokens will be there within MaxDelay: the tokens are taken now (the
 	// buckets go below zero) and Result.Delay says how long the caller must
-	// wait before it proceeds. Requests queue in arrival order. See SPEC §3.
+	// wait before it proceeds. Requests queue in arrival order.
 	MaxDelay time.Duration
 }
 

@@ -1,4 +1,4 @@
-// Package advise derives rate limits from access logs (SPEC §6): it is
+// Package advise derives rate limits from access logs: it is
 // `sluice advise`.
 //
 // It reads Common and Combined Log Format and JSON lines (the format is
@@ -41,7 +41,9 @@ func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintln(stderr, "sluice advise:", err)
+		if !errors.Is(err, errFlag) { // the flag package named a bad flag itself
+			fmt.Fprintln(stderr, "sluice advise:", err)
+		}
 		return 2
 	}
 	opts.stdin, opts.stderr = stdin, stderr
@@ -137,6 +139,9 @@ proposes rate = 2 x p99 and burst = 5-10 x rate, and replays the proposal.
 Flags:
 `
 
+// errFlag marks a bad flag that the flag package has already reported.
+var errFlag = errors.New("bad flag")
+
 func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	o := Options{Window: 7 * 24 * time.Hour}
 	fs := flag.NewFlagSet("sluice advise", flag.ContinueOnError)
@@ -167,8 +172,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				help(stdout)
+				return o, err
 			}
-			return o, err
+			fmt.Fprintln(stderr, "Run 'sluice advise --help' for usage.")
+			return o, fmt.Errorf("%w: %w", errFlag, err)
 		}
 		rest = fs.Args()
 		if len(rest) == 0 {

@@ -84,7 +84,7 @@ func pct(a, b int64) float64 {
 	return float64(a) * 100 / float64(b)
 }
 
-// The configuration the advisor writes: the SPEC §4 shape, policies only.
+// The configuration the advisor writes: sluice serve's shape, policies only.
 type configFile struct {
 	Policies []configPolicyOut `yaml:"policies"`
 }

@@ -1,5 +1,5 @@
 // Package algo offers the rate limiting algorithms beside the token bucket
-// (SPEC §7) behind the same sluice.Store interface and the same
+// behind the same sluice.Store interface and the same
 // sluice.Result, so a policy can choose one by name and the middleware, the
 // gateway and the headers work unchanged:
 //

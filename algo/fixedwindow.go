@@ -5,7 +5,7 @@ import "github.com/sluicehq/sluice"
 // fixedWindow is the state of one rule of the fixed window: the start of
 // the window it counts (Unix µs, a multiple of W) and the units admitted
 // in it. Windows are aligned to the Unix epoch, so every key's windows
-// share their edges: the boundary attack of SPEC §1 (Burst just before an
+// share their edges: the boundary attack (Burst just before an
 // edge, Burst again just after) passes 2 × Burst within moments.
 type fixedWindow struct {
 	start, count int64

@@ -11,7 +11,7 @@ import "github.com/sluicehq/sluice"
 // A request of cost c waits d = the longest queue ahead of it, over its
 // rules, and is admitted when every queue has room for it, d × Rate + c ≤
 // Burst (and d ≤ MaxDelay when one is set); it is then held d (the
-// Result's Delay, as for a token bucket reservation in SPEC §3) and every
+// Result's Delay, as for a token bucket reservation, Request.MaxDelay) and every
 // rule's queue grows to now + d + c/Rate. A request that finds a queue
 // full is dropped, and nothing is queued. So requests leave at Rate, and
 // of a burst of n arriving at once exactly min(n, Burst) pass.

@@ -1,9 +1,10 @@
 // Package config reads the YAML file that configures the sluice gateway
-// (SPEC §4): listeners, upstream, store, trusted proxies, identity and
-// policies.
+// (docs/http.md is its guide): listeners, upstream, store, trusted
+// proxies, identity, allowlist and policies.
 //
-// Load reads and validates a file once. Every problem is reported with the
-// file, the line and the path of the field, and says what would be valid:
+// Load reads and validates a file once, and reports every problem of the
+// file in that one pass, each with the file, the line and the path of the
+// field, saying what would be valid:
 //
 //	sluice.yaml:14: policies[0].anonymous[0].rate: rate "10/x": unknown unit "x"; want COUNT/UNIT such as 10/s …
 //
@@ -15,7 +16,7 @@
 // so an empty file is a valid configuration: an in-memory store, the decision
 // API only, and no policies.
 //
-// Beside the fields of SPEC §4 the file may set:
+// Beside the fields every gateway sets, the file may set:
 //   - ipv6_prefix: how many leading bits of an IPv6 client key it (64);
 //   - store.max_keys: the bound of the in-memory store (a million keys);
 //   - identity.jwt.issuer and audience: claims a token must carry;
@@ -25,7 +26,12 @@
 //     the headers look like beside headers: (see headers.go);
 //   - per policy on_error (overrides store.on_error), cost_header (a
 //     response header in which the upstream reports the real cost, charged
-//     after the fact) and algorithm (only token_bucket for now).
+//     after the fact) and algorithm (token_bucket, the default, or one of
+//     package algo's: fixed_window, sliding_log, sliding_window,
+//     leaky_bucket);
+//   - store.redis.username, password_file and password_env: the Redis
+//     password kept out of the file;
+//   - allowlist: client CIDRs and identities that no policy limits.
 package config
 
 import (

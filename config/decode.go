@@ -166,6 +166,10 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		}
 		idx, ok := fields[k.Value]
 		if !ok {
+			if seen[k.Value] {
+				continue // reported at its first occurrence
+			}
+			seen[k.Value] = true
 			msg := "unknown field"
 			if s := closest(k.Value, names); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -87,4 +88,30 @@ func TestDecodingMistakesAreNotReportedTwice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzParseOnePass: whatever mix of decoding and validation mistakes a file
+// holds, Parse reports them without panicking, and never reports one field
+// twice on the same line.
+func FuzzParseOnePass(f *testing.F) {
+	f.Add(eightMistakes)
+	f.Add("policies: [null, {name: a}, [1], {name: b, match: /b, cost: x, anonymous: [{rate: 1/s, burst: y}], overrides: [null, {identity: z, authenticated: [x]}]}]\n")
+	f.Add("store: {type: redis, redis: {url: [x], cluster_addrs: 3, sentinel: {master: [], addrs: x}, tls: 1, password_file: []}}\nallowlist: {cidrs: x, identities: [[], 1]}\n")
+	f.Add("identity: {jwt: {hs256_secret_file: [], public_key_file: {}}, api_keys_file: 1}\ntrusted_proxies: [x, [], 10.0.0.0/8]\n")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data string) {
+		_, err := Parse("fuzz.yaml", dir, []byte(data))
+		var es Errors
+		if !errors.As(err, &es) {
+			return
+		}
+		seen := make(map[string]bool)
+		for _, e := range es {
+			k := fmt.Sprintf("%d %s", e.Line, e.Field)
+			if seen[k] && e.Field != "" && !strings.HasSuffix(e.Field, "_file") {
+				t.Fatalf("%s reported twice:\n%v", k, err)
+			}
+			seen[k] = true
+		}
+	})
 }

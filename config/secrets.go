@@ -11,7 +11,11 @@ import (
 // text forms say [redacted]; Reveal returns it.
 type Secret string
 
-func (s Secret) String() string   { return s.mask() }
+// String returns [redacted] (or "" for no secret), so %v and %+v of a
+// Config never show it.
+func (s Secret) String() string { return s.mask() }
+
+// GoString does the same for %#v.
 func (s Secret) GoString() string { return `"` + s.mask() + `"` }
 
 // MarshalText keeps the secret out of JSON and YAML dumps of a Config.

@@ -64,6 +64,9 @@ func TestAllowlist(t *testing.T) {
 		{"address outside the list", "203.0.113.2:4000", nil, false},
 		{"other IPv6 of the same /64", "[2001:db8::2]:4000", nil, false},
 		{"forged X-Forwarded-For from an untrusted peer", "203.0.113.3:4000", []string{"X-Forwarded-For", "192.0.2.7"}, false},
+		{"forged Forwarded from an untrusted peer", "203.0.113.6:4000", []string{"Forwarded", "for=192.0.2.7"}, false},
+		{"trusted proxy, listed address only in the header it does not write", "10.9.9.9:4000", []string{"Forwarded", "for=192.0.2.7", "X-Forwarded-For", "203.0.113.7"}, false},
+		{"trusted proxy, listed address left of the one it appended", "10.9.9.9:4000", []string{"X-Forwarded-For", "192.0.2.7, 203.0.113.8"}, false},
 		{"identity that is not listed", "203.0.113.4:4000", []string{"X-API-Key", "user-key"}, false},
 		{"key that does not verify", "203.0.113.5:4000", []string{"X-API-Key", "monitor"}, false},
 	} {

@@ -13,14 +13,14 @@
 // limit. Keys are the SHA-256 of policy, class and identity, so no two
 // policies share a bucket and no caller-chosen string reaches the store.
 //
-// Every response of an enforced policy carries the headers of SPEC §4
+// Every response of an enforced policy carries the rate limit headers
 // (RateLimit-Limit/Remaining/Reset and the draft's RateLimit-Policy and
 // RateLimit, or a subset); a denied request gets 429 with Retry-After,
 // Cache-Control: no-store and a JSON body, or the quota-exceeded problem
 // type when the client accepts application/problem+json. A shadow policy
 // decides and counts but never rejects and sets no headers.
 //
-// With Policy.MaxDelay the request is paced rather than rejected (SPEC §3):
+// With Policy.MaxDelay the request is paced rather than rejected:
 // the store reserves its tokens and the middleware waits before calling the
 // next handler; a client that goes away while waiting gets its tokens back.
 // With Policy.CostHeader the next handler may report the real cost of the

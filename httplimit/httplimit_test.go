@@ -27,7 +27,7 @@ import (
 )
 
 // checkHeaders asserts that the rate limit headers of r agree with each
-// other and with SPEC §4 for a policy of one rule.
+// other and with docs/http.md for a policy of one rule.
 func checkHeaders(t *testing.T, r response, name string, burst int64, rate float64) (remaining, reset int64) {
 	t.Helper()
 	h := r.header

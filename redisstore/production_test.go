@@ -286,7 +286,9 @@ func TestProductionMemoryPerKey(t *testing.T) {
 	rs := redisstore.New(client, redisstore.Options{})
 	oneRule := []sluice.Rule{{Rate: 10, Burst: 100}}
 	twoRules := []sluice.Rule{{Rate: 10, Burst: 100}, {Rate: 10000.0 / 86400, Burst: 10000}}
-	key := func(i int) string { return fmt.Sprintf("payments:%043d", i) }
+	// 22 characters, as the gateway keys a caller (base64 of 16 bytes of
+	// SHA-256 over policy, class and identity): a 31-byte Redis key.
+	key := func(i int) string { return fmt.Sprintf("%022d", i) }
 
 	usage := func(k string) int64 {
 		n, err := client.MemoryUsage(ctx, rs.Key(k), 0).Result()

@@ -1,6 +1,6 @@
 // Package resilient keeps a rate limiter from taking a service down with
 // its store. It wraps a sluice.Store (in practice the Redis store) and adds
-// what SPEC §5 asks of every store call:
+// to every store call:
 //
 //   - A deadline. Every call to the wrapped store gets Options.Timeout
 //     (50ms by default); a store that answers later is a store that failed.

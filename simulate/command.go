@@ -1,6 +1,6 @@
 // Package simulate is `sluice simulate`: it runs traffic scenarios through
 // every rate limiting algorithm of package algo, with the real stores and
-// a simulated clock, and measures what SPEC §7 asks to be stated: how
+// a simulated clock, and measures what sets them apart: how
 // much each admits in the worst second and the worst window (the fixed
 // window's double burst at an edge), how far each is from an exact
 // sliding log (the sliding counter's approximation), the memory a key's

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"os/exec"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -52,7 +54,7 @@ func TestEveryHelp(t *testing.T) {
 // TestBadFlag: a flag that does not exist is named on stderr with where to
 // find the help, and exits 2 with nothing on stdout.
 func TestBadFlag(t *testing.T) {
-	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise", "generate"}, {"version"}} {
+	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise"}, {"advise", "generate"}, {"version"}} {
 		code, out, errOut := runBinary(t, append(cmd, "--no-such-flag")...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "-no-such-flag") || !strings.Contains(errOut, "--help") {
 			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", strings.Join(cmd, " "), code, out, errOut)
@@ -91,5 +93,24 @@ func TestVersionLine(t *testing.T) {
 	}
 	if got := versionLine(nil, false); !strings.HasPrefix(got, "sluice ") {
 		t.Errorf("versionLine without build info = %q", got)
+	}
+}
+
+// TestGenerateRefusesTerminal: `sluice advise generate` with no size and
+// a terminal for standard output refuses to flood it, exit 2; with
+// --lines it writes. The terminal comes from script(1).
+func TestGenerateRefusesTerminal(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("no script(1) to give the command a terminal")
+	}
+	out, err := exec.Command(script, "-qec", binary+" advise generate", "/dev/null").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "not writing 100MB of log to a terminal") || len(out) > 1000 {
+		t.Fatalf("advise generate on a terminal: %v, %d bytes:\n%.500s", err, len(out), out)
+	}
+	out, err = exec.Command(script, "-qec", binary+" advise generate --lines 3", "/dev/null").CombinedOutput()
+	if err != nil || strings.Count(string(out), "HTTP/1.1") != 3 {
+		t.Fatalf("advise generate --lines 3 on a terminal: %v\n%s", err, out)
 	}
 }

@@ -6,6 +6,9 @@
 //	sluice demo-upstream           the demo upstream alone
 //	sluice advise ...              derive limits from access logs
 //	sluice simulate ...            compare rate limiting algorithms
+//	sluice version                 the module version and VCS revision
+//
+// Every command prints its usage with --help, on standard output.
 //
 // Exit status: 0 success, 1 failure at run time, 2 bad usage or an invalid
 // configuration.
