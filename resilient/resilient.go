@@ -7,9 +7,9 @@
 //     The store must honour the context: a go-redis client needs
 //     ContextTimeoutEnabled, or a ReadTimeout no longer than the deadline.
 //     But a deadline that passes while the store is answering other calls
-//     (it answered one sent after this one), or that this process noticed
-//     late (its own goroutines waited to run: a burst of thousands of
-//     requests on a few busy cores), is load, not a failure: the call is
+//     (it answered one within the last deadline), or that this process
+//     noticed late or while its goroutines wait to run (a burst of
+//     thousands of requests on a few busy cores), is load, not a failure: the call is
 //     waited for a while longer, up to MaxWait. A store that gives no sign
 //     of life within the deadline has failed.
 //
@@ -307,6 +307,8 @@ type Store struct {
 	denials    *denialCache // nil when disabled
 	local      *memstore.Store
 	maxWait    time.Duration
+	lag        *schedLag
+	closeOnce  sync.Once
 	metrics    *metrics
 	log        limitedLog // failure-policy decisions
 	busyLog    limitedLog // busy decisions
@@ -384,6 +386,7 @@ func New(primary sluice.Store, opts Options) *Store {
 		maxKeys = 100_000
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	s.lag = startSchedLag()
 	return s
 }
 
@@ -406,9 +409,13 @@ func (s *Store) breakerFor(key string) *breaker {
 	return actual.(*breaker)
 }
 
-// Close stops the background work of the local store. The Store still
-// answers afterwards. It does not close the wrapped store.
-func (s *Store) Close() error { return s.local.Close() }
+// Close stops the background work of the local store and of the
+// scheduling-lag sampler. The Store still answers afterwards. It does not
+// close the wrapped store.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.lag.close)
+	return s.local.Close()
+}
 
 // State returns the breakers' state now: the worst of them (open before
 // half open before closed).
@@ -623,11 +630,12 @@ func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (slui
 // bucket too, when it holds that many tokens, so that the local bucket,
 // which decides when the store fails or is busy, starts where this
 // instance's traffic left it and not full: a failover hands no caller a
-// fresh bucket. It never goes into debt, so a caller that used more than
-// this instance's share finds its local bucket empty, not owing.
+// fresh bucket. It goes into debt only as far as a reservation may
+// (MaxDelay), so a caller that used more than this instance's share finds
+// its local bucket empty or at most MaxDelay behind, never further.
 func (s *Store) mirror(ctx context.Context, req sluice.Request) {
 	var buf [sluice.MaxRules]sluice.Rule
-	local := sluice.Request{Key: req.Key, Cost: req.Cost, Rules: s.localRules(buf[:0], req.Rules, req.Cost)}
+	local := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.localRules(buf[:0], req.Rules, req.Cost)}
 	_, _ = s.local.Check(ctx, local)
 }
 
@@ -659,8 +667,9 @@ type answer struct {
 // up to MaxWait. Each time the deadline passes it looks again: when the
 // store has answered a call in the last deadline's time (and since this
 // one was sent), it is answering and this call's answer is on its way;
-// when the timer itself fired late, this process was too busy to tell.
-// Otherwise the store has failed. The call
+// when the timer itself fired late, or this process's goroutines now wait
+// to run for half a deadline or more (schedLag), this process was too busy
+// to tell. Otherwise the store has failed. The call
 // goes on in its goroutine until it returns (MaxWait at most) and gives
 // its slot back then, so a call given up still counts against the bound.
 func (s *Store) call(ctx context.Context, b *breaker, sent int64, fn func(context.Context) (sluice.Result, error)) (sluice.Result, error) {
@@ -689,7 +698,7 @@ func (s *Store) call(ctx context.Context, b *breaker, sent int64, fn func(contex
 		case <-timer.C:
 		}
 		now := s.clock()
-		late := now-due > int64(s.timeout)/2
+		late := now-due > int64(s.timeout)/2 || s.lag.get() > s.timeout/2
 		alive := b.answeredSince(max(sent, now-int64(s.timeout)))
 		if (late || alive) && now-sent < int64(s.maxWait) {
 			due = now + int64(s.timeout)
