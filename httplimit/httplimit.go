@@ -462,7 +462,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			next.ServeHTTP(w, r)
 			return
 		}
-		p.counters.inc(outcomeDenied)
+		p.counters.inc(outcomeOf(res))
 		l.deny(w, r, p, rs, res, decided)
 		return
 	}
@@ -473,10 +473,8 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			p.counters.inc(outcomeCancelled)
 			return
 		}
-		p.counters.inc(outcomeDelayed)
-	} else {
-		p.counters.inc(outcomeAllowed)
 	}
+	p.counters.inc(outcomeOf(res))
 	l.serveAllowed(w, r, next, p, rs, req.Key, res, decided)
 }
 
@@ -554,6 +552,7 @@ func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (slu
 	if err != nil && p.Local && l.fallback != nil && !isInputError(err) {
 		if fres, ok := l.fallback(ctx, p.Name, req, err); ok {
 			l.logStoreError(p, err, "local")
+			fres.DecidedBy = sluice.ByLocal
 			return fres, nil
 		}
 	}
@@ -633,14 +632,7 @@ func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64)
 	if err != nil {
 		return res, err
 	}
-	switch {
-	case !res.Allowed:
-		p.counters.inc(outcomeDenied)
-	case res.Delay > 0:
-		p.counters.inc(outcomeDelayed)
-	default:
-		p.counters.inc(outcomeAllowed)
-	}
+	p.counters.inc(outcomeOf(res))
 	return res, nil
 }
 

@@ -4,14 +4,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
 )
 
 // Metrics are the Prometheus collectors of one or more Limiters (a gateway
 // that reloads its configuration keeps one Metrics across Limiters):
 //
 //	sluice_decisions_total{policy, outcome}  outcome: allowed, denied,
-//	    shadow_denied, delayed, cancelled (left while held), failed_open,
-//	    failed_closed
+//	    shadow_denied, delayed, cancelled (left while held), and for the
+//	    decisions not made by the store's bucket (Result.DecidedBy), what
+//	    made them: cache_denied (a denial the store made, remembered),
+//	    local_allowed and local_denied (the in-process bucket, while the
+//	    store failed or was busy), failed_open, failed_closed
 //	sluice_http_store_duration_seconds{op}   op: check, adjust
 //	sluice_http_store_errors_total{op}
 //
@@ -34,10 +39,39 @@ const (
 	outcomeCancelled
 	outcomeFailedOpen
 	outcomeFailedClosed
+	outcomeCacheDenied
+	outcomeLocalAllowed
+	outcomeLocalDenied
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "delayed", "cancelled", "failed_open", "failed_closed"}
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "delayed", "cancelled", "failed_open", "failed_closed",
+	"cache_denied", "local_allowed", "local_denied"}
+
+// outcomeOf is the outcome a result is counted under: what decided it
+// when that was not the store's bucket, else allowed, delayed or denied.
+func outcomeOf(res sluice.Result) outcome {
+	switch res.DecidedBy {
+	case sluice.ByOpen:
+		return outcomeFailedOpen
+	case sluice.ByLocal:
+		if res.Allowed {
+			return outcomeLocalAllowed
+		}
+		return outcomeLocalDenied
+	case sluice.ByDenialCache:
+		if !res.Allowed {
+			return outcomeCacheDenied
+		}
+	}
+	switch {
+	case !res.Allowed:
+		return outcomeDenied
+	case res.Delay > 0:
+		return outcomeDelayed
+	}
+	return outcomeAllowed
+}
 
 type op int
 

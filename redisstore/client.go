@@ -49,6 +49,13 @@ type ClientOptions struct {
 
 	// PoolSize per node; zero means go-redis's default (10 per CPU).
 	PoolSize int
+
+	// FailFast dials once per attempt and never retries a command, for a
+	// caller that decides what a failure means (the resilient layer): five
+	// dials 100ms apart keep a call to a dead Redis going for half a
+	// second, and a script whose connection broke after it was sent may
+	// have run, so a retry could charge its tokens twice.
+	FailFast bool
 }
 
 // NewClient builds the go-redis client that opts describe. It does not
@@ -106,6 +113,9 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 	}
 	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
 	u.PoolSize = opts.PoolSize
+	if opts.FailFast {
+		u.DialerRetries, u.MaxRetries = 1, -1
+	}
 	// A caller's deadline (the resilience layer's, say) bounds the call,
 	// not only the read and write timeouts.
 	u.ContextTimeoutEnabled = true

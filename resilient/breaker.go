@@ -38,8 +38,10 @@ type breaker struct {
 	failures  atomic.Int32  // consecutive, while closed
 	probeAt   atomic.Int64  // when open: the time the next probe may go
 	reason    atomic.Uint32 // the Reason of the last failure
+	answer    atomic.Int64  // when the store last answered a call
 	threshold int32
 	interval  int64
+	silence   int64  // timeouts open the breaker only after this long without an answer
 	scope     string // the part of the store it guards; empty: all of it
 	onChange  func(b *breaker, from, to State)
 }
@@ -89,12 +91,28 @@ func (b *breaker) failure(probe bool, now int64, reason Reason) {
 	if b.failures.Add(1) < b.threshold {
 		return
 	}
+	if reason == ReasonTimeout && now-b.answer.Load() < b.silence {
+		// Timeouts prove less than errors: a store that answered within
+		// the last few deadlines is slow (a busy machine can keep a
+		// Redis from running for a deadline or two), not gone.
+		return
+	}
 	b.probeAt.Store(now + b.interval)
 	if b.state.CompareAndSwap(int32(StateClosed), int32(StateOpen)) {
 		b.failures.Store(0)
 		b.onChange(b, StateClosed, StateOpen)
 	}
 }
+
+// answered records that the store answered a call at now.
+func (b *breaker) answered(now int64) {
+	if b.answer.Load() < now {
+		b.answer.Store(now)
+	}
+}
+
+// answeredSince reports whether the store answered a call after t.
+func (b *breaker) answeredSince(t int64) bool { return b.answer.Load() > t }
 
 // abandon records a call that its caller gave up on: it says nothing about
 // the store, so a probe is handed to the next caller.

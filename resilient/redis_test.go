@@ -30,6 +30,8 @@ func redisClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	o := srv.Options()
 	o.ContextTimeoutEnabled = true
 	o.PoolSize = 32
+	o.DialerRetries = 1 // a refused dial is an error at once, and no
+	o.MaxRetries = -1   // retry of a sent script: as redisstore.NewClient sets them
 	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -93,12 +95,15 @@ type load struct {
 	stall     atomic.Int64 // the longest oversleep of a goroutine that only sleeps, ns
 }
 
-// bound is the longest a check may take: the deadline, a margin, and the
-// longest the machine kept a goroutine that only sleeps from running (a
-// two-core machine running other test suites under the race detector can
-// stall any goroutine for longer than the margin; that is not store time).
+// bound is the longest a check may take: two deadlines (a store that
+// answered other calls within the last deadline is waited for once more;
+// so is one whose deadline this process noticed late), a margin, and
+// twice the longest the machine kept a goroutine that only sleeps from
+// running (a two-core machine running other test suites under the race
+// detector can stall any goroutine for longer than the margin; that is not
+// store time).
 func (l *load) bound() time.Duration {
-	return deadline + margin + time.Duration(l.stall.Load())
+	return 2*deadline + margin + 2*time.Duration(l.stall.Load())
 }
 
 func startLoad(s *resilient.Store, goroutines int, pause time.Duration, req func(g, i int) sluice.Request) *load {
@@ -265,12 +270,14 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				}
 				local := hotRule[0].Rate / instances
 				window := dn.lastLocal.Sub(dn.firstLocal).Seconds()
-				// The local bucket starts full: its burst, then the rate.
-				want := float64(hotRule[0].Burst/instances) + local*window
-				t.Logf("local: admitted %d in %.2fs, want %.1f (%.0f/s over %d instances, burst %d)",
-					dn.localAllowed, window, want, hotRule[0].Rate, instances, hotRule[0].Burst/instances)
-				if ratio := float64(dn.localAllowed) / want; ratio < 0.9 || ratio > 1.1 {
-					t.Errorf("local: admitted %d, %.0f%% of the global rate / instances", dn.localAllowed, 100*ratio)
+				// The local bucket starts where this instance's traffic
+				// left it (the hot key had spent it: empty), at most full:
+				// the rate, plus at most its burst.
+				low, high := local*window, float64(hotRule[0].Burst/instances)+local*window
+				t.Logf("local: admitted %d in %.2fs, want %.1f to %.1f (%.0f/s over %d instances, burst %d)",
+					dn.localAllowed, window, low, high, hotRule[0].Rate, instances, hotRule[0].Burst/instances)
+				if n := float64(dn.localAllowed); n < 0.9*low || n > 1.1*high {
+					t.Errorf("local: admitted %d, want the global rate / instances: %.1f to %.1f", dn.localAllowed, low, high)
 				}
 			}
 			rec := l.recovered.Load()

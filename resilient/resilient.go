@@ -6,6 +6,12 @@
 //     (50ms by default); a store that answers later is a store that failed.
 //     The store must honour the context: a go-redis client needs
 //     ContextTimeoutEnabled, or a ReadTimeout no longer than the deadline.
+//     But a deadline that passes while the store is answering other calls
+//     (it answered one within the last deadline), or that this process
+//     noticed late or while its goroutines wait to run (a burst of
+//     thousands of requests on a few busy cores), is load, not a failure: the call is
+//     waited for a while longer, up to MaxWait. A store that gives no sign
+//     of life within the deadline has failed.
 //
 //   - A bound on the calls in flight. At most Options.MaxInFlight calls
 //     are on their way to the store at once (fewer than the Redis client's
@@ -22,7 +28,10 @@
 //     breaker is open) the check is decided by OnError: Local (the default)
 //     decides it with an in-process bucket whose rate and burst are the
 //     rule's divided by Options.Instances, so that N instances on their own
-//     admit about what the shared store would; Open lets it through; Closed
+//     admit about what the shared store would; every check the store
+//     allows takes its tokens from the local bucket too (when it has them),
+//     so the local bucket starts where this instance's traffic left it,
+//     never full after a failover; Open lets it through; Closed
 //     returns an error wrapping ErrUnavailable (HTTP: 503). WithOnError
 //     overrides the policy for one request, for per-policy settings.
 //
@@ -35,7 +44,10 @@
 //     all at once (a dead or stalled Redis), and a count needs no window.
 //     Only evidence that the store fails counts: an error of a call that
 //     was sent (a timeout, a broken connection, an out-of-memory or
-//     read-only answer). Options.Scope, when set, gives every part of the
+//     read-only answer). Timeouts open it only when the store has not
+//     answered anything for FailureThreshold deadlines (250ms by default):
+//     a busy machine can keep a healthy Redis from running for a deadline
+//     or two, and that is slowness, not an outage. Options.Scope, when set, gives every part of the
 //     store (a Cluster master) a breaker of its own, so that one failing
 //     master does not stop the calls to the others.
 //
@@ -210,6 +222,11 @@ type Options struct {
 	// Zero means one second.
 	QueueWait time.Duration
 
+	// MaxWait bounds how long a call is waited for while the store shows
+	// signs of life (see the package comment). The client's own read
+	// timeout must be at least this long. Zero means 20 × Timeout.
+	MaxWait time.Duration
+
 	// Classify says what a store error means, for the breaker, the metrics
 	// and the logs. Nil reads timeouts and network errors only (see
 	// DefaultClassify).
@@ -289,6 +306,9 @@ type Store struct {
 	probeEvery int64
 	denials    *denialCache // nil when disabled
 	local      *memstore.Store
+	maxWait    time.Duration
+	lag        *schedLag
+	closeOnce  sync.Once
 	metrics    *metrics
 	log        limitedLog // failure-policy decisions
 	busyLog    limitedLog // busy decisions
@@ -316,6 +336,10 @@ func New(primary sluice.Store, opts Options) *Store {
 	}
 	if s.queueWait <= 0 {
 		s.queueWait = time.Second
+	}
+	s.maxWait = opts.MaxWait
+	if s.maxWait < s.timeout {
+		s.maxWait = 20 * s.timeout
 	}
 	if s.classify == nil {
 		s.classify = DefaultClassify
@@ -362,11 +386,13 @@ func New(primary sluice.Store, opts Options) *Store {
 		maxKeys = 100_000
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	s.lag = startSchedLag()
 	return s
 }
 
 func (s *Store) newBreaker(scope string) breaker {
-	return breaker{threshold: s.threshold, interval: s.probeEvery, scope: scope, onChange: s.stateChanged}
+	return breaker{threshold: s.threshold, interval: s.probeEvery, silence: int64(s.threshold) * int64(s.timeout),
+		scope: scope, onChange: s.stateChanged}
 }
 
 // breakerFor returns the breaker of the part of the store that holds key.
@@ -383,9 +409,13 @@ func (s *Store) breakerFor(key string) *breaker {
 	return actual.(*breaker)
 }
 
-// Close stops the background work of the local store. The Store still
-// answers afterwards. It does not close the wrapped store.
-func (s *Store) Close() error { return s.local.Close() }
+// Close stops the background work of the local store and of the
+// scheduling-lag sampler. The Store still answers afterwards. It does not
+// close the wrapped store.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.lag.close)
+	return s.local.Close()
+}
 
 // State returns the breakers' state now: the worst of them (open before
 // half open before closed).
@@ -437,10 +467,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		return sluice.Result{}, Decision{Key: req.Key}, err // the caller gave up
 	}
 	sent := s.clock()
-	cctx, cancel := s.withDeadline(ctx)
-	res, err := s.primary.Check(cctx, req)
-	cancel()
-	<-s.slots
+	res, err := s.call(ctx, b, sent, func(ctx context.Context) (sluice.Result, error) { return s.primary.Check(ctx, req) })
 	end := s.clock()
 	if err != nil && !invalid(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -464,6 +491,9 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	b.success(probe)
 	if err != nil {
 		return res, Decision{Key: req.Key}, err
+	}
+	if res.Allowed && req.Cost > 0 {
+		s.mirror(ctx, req)
 	}
 	if s.denials != nil {
 		switch {
@@ -531,10 +561,9 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			return s.adjustLocally(ctx, key, delta, rules)
 		}
 		sent := s.clock()
-		cctx, cancel := s.withDeadline(ctx)
-		res, err := s.primary.Adjust(cctx, key, delta, rules)
-		cancel()
-		<-s.slots
+		res, err := s.call(ctx, b, sent, func(ctx context.Context) (sluice.Result, error) {
+			return s.primary.Adjust(ctx, key, delta, rules)
+		})
 		end := s.clock()
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)
@@ -597,6 +626,19 @@ func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (slui
 	return s.decideLocally(ctx, req, cause, ReasonBusy)
 }
 
+// mirror takes the cost of a check the store allowed from the local
+// bucket too, when it holds that many tokens, so that the local bucket,
+// which decides when the store fails or is busy, starts where this
+// instance's traffic left it and not full: a failover hands no caller a
+// fresh bucket. It goes into debt only as far as a reservation may
+// (MaxDelay), so a caller that used more than this instance's share finds
+// its local bucket empty or at most MaxDelay behind, never further.
+func (s *Store) mirror(ctx context.Context, req sluice.Request) {
+	var buf [sluice.MaxRules]sluice.Rule
+	local := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.localRules(buf[:0], req.Rules, req.Cost)}
+	_, _ = s.local.Check(ctx, local)
+}
+
 // decideLocally decides req with the in-process bucket at the rules'
 // rate and burst divided by the number of instances.
 func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
@@ -611,13 +653,65 @@ func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause err
 	return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil
 }
 
-// withDeadline returns ctx bounded by the store deadline: ctx itself when
-// its own deadline comes first, which saves the timer.
-func (s *Store) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
-		return ctx, func() {}
+// errNoAnswer is the error of a call given up at its deadline.
+var errNoAnswer = fmt.Errorf("resilient: the store gave no sign of life within the deadline: %w", context.DeadlineExceeded)
+
+// answer is what a call to the wrapped store returned.
+type answer struct {
+	res sluice.Result
+	err error
+}
+
+// call runs fn, a call to the wrapped store that holds a call slot, and
+// waits for it: until the deadline, or while the store shows signs of life
+// up to MaxWait. Each time the deadline passes it looks again: when the
+// store has answered a call in the last deadline's time (and since this
+// one was sent), it is answering and this call's answer is on its way;
+// when the timer itself fired late, or this process's goroutines now wait
+// to run for half a deadline or more (schedLag), this process was too busy
+// to tell. Otherwise the store has failed. The call
+// goes on in its goroutine until it returns (MaxWait at most) and gives
+// its slot back then, so a call given up still counts against the bound.
+func (s *Store) call(ctx context.Context, b *breaker, sent int64, fn func(context.Context) (sluice.Result, error)) (sluice.Result, error) {
+	done := make(chan answer, 1)
+	// Given up, the call is canceled: a client that retries or dials stops
+	// then (a read in progress ends at the deadline of MaxWait).
+	cctx, cancel := context.WithTimeout(ctx, s.maxWait)
+	defer cancel()
+	go func() {
+		res, err := fn(cctx)
+		<-s.slots
+		if err == nil || invalid(err) {
+			b.answered(s.clock())
+		}
+		done <- answer{res, err}
+	}()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
+	due := sent + int64(s.timeout)
+	for {
+		select {
+		case a := <-done:
+			return a.res, a.err
+		case <-ctx.Done():
+			return sluice.Result{}, ctx.Err()
+		case <-timer.C:
+		}
+		now := s.clock()
+		late := now-due > int64(s.timeout)/2 || s.lag.get() > s.timeout/2
+		alive := b.answeredSince(max(sent, now-int64(s.timeout)))
+		if (late || alive) && now-sent < int64(s.maxWait) {
+			due = now + int64(s.timeout)
+			timer.Reset(s.timeout)
+			continue
+		}
+		select {
+		case a := <-done: // it came while we looked
+			return a.res, a.err
+		default:
+		}
+		return sluice.Result{}, errNoAnswer
 	}
-	return context.WithTimeout(ctx, s.timeout)
 }
 
 func (s *Store) modeFor(ctx context.Context) Mode {

@@ -21,7 +21,20 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-var binary string // the sluice binary, built once by TestMain
+var binary string // the sluice binary, built once by TestMain (with -race)
+
+// plainBinary is the sluice binary without the race detector, for load
+// tests: under -race a gateway spends several times the CPU per request,
+// and a load test would measure the detector, not the gateway.
+var plainBinary = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(filepath.Dir(binary), "sluice-plain")
+	build := exec.Command("go", "build", "-o", path, "github.com/sluicehq/sluice/cmd/sluice")
+	out, err := build.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building sluice without -race: %v\n%s", err, out)
+	}
+	return path, nil
+})
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sluice-e2e")
@@ -79,6 +92,21 @@ func (s *syncBuffer) String() string {
 // given (YAML, indented as top-level keys), in front of upstream.
 func startGateway(t *testing.T, upstream, store, policies string) *gateway {
 	t.Helper()
+	return startGatewayBinary(t, binary, upstream, store, policies)
+}
+
+// startPlainGateway is startGateway with the binary built without -race.
+func startPlainGateway(t *testing.T, upstream, store, policies string) *gateway {
+	t.Helper()
+	bin, err := plainBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startGatewayBinary(t, bin, upstream, store, policies)
+}
+
+func startGatewayBinary(t *testing.T, binary, upstream, store, policies string) *gateway {
+	t.Helper()
 	g := &gateway{traffic: freePort(t), admin: freePort(t), out: &syncBuffer{}}
 	cfg := fmt.Sprintf("listen: %s\nadmin_listen: %s\ndecision_api: {listen: 127.0.0.1:0}\nupstream: %s\n%s\n%s\n", g.traffic, g.admin, upstream, store, policies)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -135,6 +163,7 @@ type tally struct {
 	slowest time.Duration
 	first   time.Time
 	last    time.Time
+	lastOK  time.Time // the end of the last request answered 200
 }
 
 func (t *tally) add(code int, start time.Time, took time.Duration) {
@@ -148,8 +177,12 @@ func (t *tally) add(code int, start time.Time, took time.Duration) {
 	if t.first.IsZero() || start.Before(t.first) {
 		t.first = start
 	}
-	if end := start.Add(took); end.After(t.last) {
+	end := start.Add(took)
+	if end.After(t.last) {
 		t.last = end
+	}
+	if code == http.StatusOK && end.After(t.lastOK) {
+		t.lastOK = end
 	}
 }
 

@@ -146,6 +146,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		Instances:    cfg.Store.Instances,
 		Timeout:      cfg.Store.Redis.Timeout,
 		MaxInFlight:  redisInFlight,
+		MaxWait:      redisMaxWait(cfg.Store.Redis),
 		Classify:     classifyRedis,
 		LocalMaxKeys: cfg.Store.MaxKeys,
 		Registerer:   g.reg,

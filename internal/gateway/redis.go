@@ -26,6 +26,13 @@ const (
 	redisPoolSize = redisInFlight + 8
 )
 
+// redisMaxWait is how long a call to Redis is waited for while Redis shows
+// signs of life (the resilient layer's MaxWait), and so the client's read
+// and write timeout: the deadline of store.redis.timeout is the resilient
+// layer's, which tells a Redis that stopped answering from one that is
+// answering a burst (or a busy machine) late.
+func redisMaxWait(r config.Redis) time.Duration { return 20 * r.Timeout }
+
 // newRedisStore connects the store of a `store.type: redis` section. A
 // wrong password or an untrusted certificate is an error: no retry will
 // cure it. A Redis that does not answer at start is logged, not fatal: the
@@ -44,8 +51,9 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 		CACertFile:     r.TLS.CAFile,
 		CertFile:       r.TLS.CertFile,
 		KeyFile:        r.TLS.KeyFile,
-		Timeout:        r.Timeout,
+		Timeout:        redisMaxWait(r),
 		PoolSize:       redisPoolSize,
+		FailFast:       true,
 	})
 	if err != nil {
 		return nil, nil, "", err

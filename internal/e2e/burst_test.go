@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// raiseFileLimit lifts the soft limit on open files to the hard limit: a
+// thousand client connections need a thousand descriptors here and as many
+// in the gateway (which inherits the limit).
+func raiseFileLimit(t *testing.T, need uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatalf("getrlimit: %v", err)
+	}
+	if lim.Cur >= need {
+		return
+	}
+	lim.Cur = min(need, lim.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < need {
+		t.Fatalf("open file limit %d (hard %d), need %d: %v; raise it with ulimit -n", lim.Cur, lim.Max, need, err)
+	}
+}
+
+// metrics scrapes a gateway's /metrics into series → value.
+func metrics(t *testing.T, g *gateway) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + g.admin + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", g.admin, err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// sum adds the series whose name (with labels) starts with prefix.
+func sum(m map[string]float64, prefix string) float64 {
+	var n float64
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) {
+			n += v
+		}
+	}
+	return n
+}
+
+// One client opens hundreds of connections at once against a gateway on
+// a healthy Redis with the default configuration. Every decision is the
+// store's (none by a failure policy, none by the local bucket), and no more
+// is admitted than the bucket holds: burst + rate × the measured elapsed
+// time, + 1%.
+func TestBurstOfConnections(t *testing.T) {
+	raiseFileLimit(t, 4096)
+	srv := redistest.Start(t)
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}", srv.URL())
+	policies := `policies:
+  - {name: paced, match: "GET /paced/", anonymous: [{rate: 10/s, burst: 1}], max_delay: 2s}
+  - {name: plain, match: "GET /plain/", anonymous: [{rate: 100/s, burst: 200}]}`
+	gw := startPlainGateway(t, upstream(t), store, policies)
+	for _, conns := range []int{300, 1000} {
+		t.Run(fmt.Sprintf("%d connections/paced", conns), func(t *testing.T) {
+			measure(t, srv, gw, 1, 10, func(tl *tally) {
+				load(context.Background(), []*gateway{gw}, conns, 1000, "/paced/x", tl)
+			})
+		})
+		t.Run(fmt.Sprintf("%d connections/plain", conns), func(t *testing.T) {
+			measure(t, srv, gw, 200, 100, func(tl *tally) {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				load(ctx, []*gateway{gw}, conns, 0, "/plain/x", tl)
+			})
+		})
+	}
+}
+
+// storeDeadline is the default store.redis.timeout.
+const storeDeadline = 50 * time.Millisecond
+
+// measure runs a load against a bucket of burst and rate and holds it:
+//
+//   - admitted ≤ (burst + rate × elapsed) × 1.01, where elapsed runs from
+//     the first request sent to the end of the last one admitted (a paced
+//     request is admitted when its reserved token is due, so its wait is
+//     inside);
+//   - nothing is decided because the store was busy, no breaker opens, and
+//     every decision made without the store is one whose call to Redis
+//     timed out;
+//   - and none timed out, when Redis itself answered within the deadline
+//     throughout. A machine this busy can keep redis-server from running
+//     for longer than the 50ms deadline; a Redis that does not answer
+//     within the deadline is, to the gateway, a Redis that failed. A
+//     prober of the test's own (PING in a loop) measures that, and a run
+//     during which Redis did not answer it in time is measured again (three
+//     times at most; then that one assertion is left out and logged).
+func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float64, run func(*tally)) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		before := metrics(t, gw)
+		stop := probeRedis(t, srv)
+		var tl tally
+		run(&tl)
+		silence := stop()
+		after := metrics(t, gw)
+		d := func(prefix string) float64 { return sum(after, prefix) - sum(before, prefix) }
+		admitted, denied := tl.get(200), tl.get(429)
+		elapsed := tl.lastOK.Sub(tl.first)
+		bound := (burst + rate*elapsed.Seconds()) * 1.01
+		failed, busy := d("sluice_store_failure_decisions_total"), d("sluice_store_busy_decisions_total")
+		timeouts, errs := d(`sluice_store_errors_total{reason="timeout"}`), d("sluice_store_errors_total")
+		t.Logf("attempt %d: %s: admitted %d over %v (bound %.1f), denied %d; without the store: %v by on_error (%v store timeouts, %v errors), %v busy; %v denial cache hits; Redis's longest silence to a prober %v",
+			attempt, &tl, admitted, elapsed.Round(time.Millisecond), bound, denied, failed, timeouts, errs, busy,
+			d("sluice_store_denial_cache_hits_total"), silence.Round(time.Millisecond))
+		if float64(admitted) > bound {
+			t.Errorf("admitted %d, more than burst + rate × elapsed + 1%% = %.1f", admitted, bound)
+		}
+		if denied == 0 {
+			t.Errorf("nothing denied: the load never pressed the limit (%s)", &tl)
+		}
+		if other := tl.get(0) + tl.get(500) + tl.get(502) + tl.get(503); other > 0 {
+			t.Errorf("%d requests failed: %s", other, &tl)
+		}
+		if busy > 0 || errs > timeouts || failed > timeouts {
+			t.Errorf("decided without the store: %v by on_error, %v busy, against %v store timeouts and %v errors: only a timed-out call may be", failed, busy, timeouts, errs)
+		}
+		if failed == 0 {
+			return
+		}
+		if silence <= storeDeadline {
+			t.Errorf("%v decisions made without the store while Redis answered a prober within the deadline throughout", failed)
+			return
+		}
+		if attempt == 3 {
+			t.Logf("Redis did not answer within the deadline (%v) in any of %d runs on this machine: the zero-timeout assertion was not made", storeDeadline, attempt)
+			return
+		}
+	}
+}
+
+// probeRedis PINGs srv in a loop until the returned function is called,
+// which returns the longest time Redis took to answer.
+func probeRedis(t *testing.T, srv *redistest.Server) func() time.Duration {
+	o := srv.Options()
+	o.ReadTimeout = 10 * time.Second
+	c := redis.NewClient(o)
+	var longest atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			_ = c.Ping(context.Background()).Err()
+			if d := int64(time.Since(start)); d > longest.Load() {
+				longest.Store(d)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	return func() time.Duration {
+		close(done)
+		wg.Wait()
+		c.Close()
+		return time.Duration(longest.Load())
+	}
+}
