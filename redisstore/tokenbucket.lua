@@ -15,7 +15,11 @@
 -- would get from a call of its own at the same instant: the state passes
 -- from check to check as a GET would have returned it after the SET
 -- before. So a hot key costs Redis one GET and one SET a batch, whatever
--- the number of its checks.
+-- the number of its checks; for checks of one rule, the common case, the
+-- script returns the state it read instead of each check's answer, and
+-- the client derives the answers from it with sluice.Decide, the
+-- definition this script mirrors (the differential tests hold the state
+-- the script writes against the one the client's decisions leave).
 --
 -- KEYS[g]  the key of group g: every rule's bucket of one caller, one
 --          string; consecutive groups may name the same key
@@ -37,17 +41,21 @@
 -- rule, exact (last < 2^53 µs) and cheaper to read than text. A missing or
 -- differently sized value is a set of full buckets (FullBucket).
 --
--- Returns, for each check in the order of the groups, 7 numbers packed as
--- little-endian float64s like the arguments (one string converts far
--- cheaper into a reply than an array of integers): allowed 0|1, reported
--- rule (0-based), limit, remaining, retry after µs, reset after µs, delay
--- µs.
+-- Returns little-endian float64s packed like the arguments (one string
+-- converts far cheaper into a reply than an array of integers): now, then
+-- for each group in order
+--   checks of one rule: the bucket as read, tokens and last (a full
+--     bucket as of now when there is none); the client decides the
+--     group's checks from it, one after the other, with sluice.Decide
+--   any other group: for each of its checks or adjustments, 7 numbers:
+--     allowed 0|1, reported rule (0-based), limit, remaining, retry after
+--     µs, reset after µs, delay µs.
 --
 -- Written for speed in Redis's interpreter: library functions in locals,
 -- no closures, the numbers of ARGV[1] read a few at a time at a moving
 -- position (struct.unpack returns the next one) rather than all into one
--- table, each check's reply packed on its own and joined once, and checks
--- of one rule unrolled (decideOne), with no tables at all.
+-- table, each part of the reply packed on its own and joined once, and
+-- checks of one rule unrolled (decideOne), with no tables at all.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
 local ceil, floor, min, huge = math.ceil, math.floor, math.min, math.huge
@@ -60,7 +68,7 @@ if now < 0 then
   now = t[1] * 1000000 + t[2]
 end
 
-local out, o = {}, 0 -- out[o]: the 7 packed numbers of the o-th check
+local out, o = { pack('<d', now) }, 1 -- out[o]: the o-th part of the reply
 local key           -- the key of the group before, not yet written
 local cur           -- its value, as a GET would return it now (false: none)
 local px            -- the expiry of its last write, ms
@@ -79,11 +87,16 @@ for g = 1, #KEYS do
   local op, n, m, rate, burst, after = unpack_struct('<ddddd', args, a)
   if op == 0 and n == 1 then
     -- Checks of one rule: decideOne, unrolled as in tokenbucket1.lua.
+    -- The reply is the state as read: the client derives each check's
+    -- answer from it with the same math (sluice.Decide, one check after
+    -- the other), so the script only finds the state to write.
     a = after
     local tokens, last = burst, now
     if cur and #cur == 16 then
       tokens, last = unpack_struct('<dd', cur)
     end
+    o = o + 1
+    out[o] = pack('<dd', tokens, last)
     -- refill: min(burst, tokens + max(0, now - last) * rate); last never
     -- moves backwards, so a clock behind never mints tokens. Once a group:
     -- after its first check last >= now, so the refill of the next adds
@@ -96,37 +109,20 @@ for g = 1, #KEYS do
     if last < now then
       last = now
     end
-    local reset = 0
     for _ = 1, m do
       local cost, max_delay
       cost, max_delay, a = unpack_struct('<dd', args, a)
-      local wait = 0
-      if tokens + tolerance < cost then
-        wait = ceil((cost - tokens) / rate * 1e6)
-      end
-      local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-      local retry, delay = 0, 0
-      if not allowed then
-        retry = wait
-      else
-        if wait > 0 then
-          delay = wait
-        end
+      -- allowed: no wait, or a reservation whose wait is within max_delay
+      if tokens + tolerance >= cost or (max_delay > 0 and ceil((cost - tokens) / rate * 1e6) <= max_delay) then
         tokens = tokens - cost
       end
-      local rem = 0
-      reset = 0
-      if tokens > 0 then
-        rem = floor(tokens + tolerance)
-      end
-      if burst - tokens > 0 then
-        reset = ceil((burst - tokens) / rate * 1e6)
-      end
-      o = o + 1
-      out[o] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
     end
     -- ExpiryAfter of the last check: until the bucket is full again, plus
     -- the margin; on every path, denials included.
+    local reset = 0
+    if burst - tokens > 0 then
+      reset = ceil((burst - tokens) / rate * 1e6)
+    end
     px = ceil(reset / 1000) + margin_ms
     cur = pack('<dd', tokens, last)
   else
