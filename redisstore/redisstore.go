@@ -191,14 +191,8 @@ type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	nums   []byte
-	order  []int   // the batch script takes ops[order[0]], ops[order[1]], …
-	groups []group // and groups them so; nil: the one-check script
-}
-
-// A group is the ops of one group of the batch script.
-type group struct {
-	m     int  // how many
-	state bool // checks of one rule: the script answers with the bucket it read
+	order  []int // the batch script takes ops[order[0]], ops[order[1]], …
+	groups []int // in groups of these sizes; nil: the one-check script
 }
 
 // prepare builds the script call of ops: tokenBucketOne for a lone check
@@ -224,7 +218,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 		redisKeys[i] = s.Key(o.key)
 	}
 	order := groupOrder(redisKeys)
-	var groups []group
+	var groups []int
 	keys := make([]string, 0, len(ops))
 	n := 2
 	for _, o := range ops {
@@ -245,7 +239,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 			m++
 		}
 		keys = append(keys, key)
-		groups = append(groups, group{m: m, state: !first.adjust && len(first.rules) == 1})
+		groups = append(groups, m)
 		kind := 0.0
 		if first.adjust {
 			kind = 1
@@ -287,10 +281,9 @@ func sameGroup(a, b op) bool {
 
 // parse writes the answers of c, the script call of ops, to res, or
 // returns the call's error. The one-check script answers with 7 float64s;
-// the batch script with its instant, then for each group either the
-// bucket it read, from which the group's checks are decided here with the
-// same math, one after the other as the script did, or each op's 7
-// float64s.
+// the batch script with its instant and, for each group, the buckets it
+// read, from which the group's ops are decided here with the same math,
+// one after the other as the script applied them.
 func (c *scriptCall) parse(reply string, err error, ops []op, res []sluice.Result) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
@@ -302,34 +295,33 @@ func (c *scriptCall) parse(reply string, err error, ops []op, res []sluice.Resul
 		res[0] = parseReply(reply)
 		return nil
 	}
-	want := 8
-	for _, g := range c.groups {
-		if g.state {
-			want += 2 * 8
-		} else {
-			want += 7 * 8 * g.m
-		}
+	want, i := 8, 0
+	for _, m := range c.groups {
+		want += 16 * len(ops[c.order[i]].rules)
+		i += m
 	}
 	if len(reply) != want {
 		return fmt.Errorf("redisstore: script returned %d bytes for %d checks in %d groups, want %d", len(reply), len(ops), len(c.groups), want)
 	}
 	now := int64(floatAt(reply, 0))
 	p, i := 8, 0
-	for _, g := range c.groups {
-		if g.state {
-			b := [1]sluice.Bucket{{Tokens: floatAt(reply, p), Last: int64(floatAt(reply, p+8))}}
+	var state [sluice.MaxRules]sluice.Bucket
+	for _, m := range c.groups {
+		n := len(ops[c.order[i]].rules)
+		b := state[:n]
+		for r := range b {
+			b[r] = sluice.Bucket{Tokens: floatAt(reply, p), Last: int64(floatAt(reply, p+8))}
 			p += 16
-			for _, j := range c.order[i : i+g.m] {
-				o := ops[j]
-				res[j] = sluice.Decide(b[:], o.rules, now, o.amount, time.Duration(o.maxDelayUs)*time.Microsecond)
-			}
-		} else {
-			for _, j := range c.order[i : i+g.m] {
-				res[j] = parseReply(reply[p:])
-				p += 7 * 8
+		}
+		for _, j := range c.order[i : i+m] {
+			o := ops[j]
+			if o.adjust {
+				res[j] = sluice.AdjustBuckets(b, o.rules, now, o.amount)
+			} else {
+				res[j] = sluice.Decide(b, o.rules, now, o.amount, time.Duration(o.maxDelayUs)*time.Microsecond)
 			}
 		}
-		i += g.m
+		i += m
 	}
 	return nil
 }
