@@ -291,3 +291,44 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// wrapped hides the client's type, as instrumentation around a client
+// would: it is a Scripter and nothing else, and cannot pipeline.
+type wrapped struct{ redis.Scripter }
+
+// A client the store does not know as one server, here a Cluster client
+// behind a wrapper, is batched a script call per slot: coalesced checks
+// over keys of every slot never cross slots, and the limit stays exact.
+func TestWrappedClusterClientIsBatchedBySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	frozen := newClock()
+	rs := redisstore.New(wrapped{cl.Client(t)}, redisstore.Options{Now: frozen.Now})
+	defer rs.Close()
+	rules := []sluice.Rule{{Rate: 1, Burst: 20}}
+	const keys, goroutines, each = 40, 32, 100
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				k := (g*7 + i) % keys
+				r, err := rs.Check(ctx, sluice.Request{Key: fmt.Sprint("w", k), Cost: 1, Rules: rules})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range admitted {
+		if n := admitted[k].Load(); n != 20 {
+			t.Errorf("key w%d: admitted %d of %d, want exactly the burst 20", k, n, goroutines*each/keys)
+		}
+	}
+}

@@ -7,8 +7,12 @@
 // a ring: any redis.UniversalClient); NewClient builds one from a URL and
 // options, with TLS and ACL users as managed services need.
 //
-// The script (tokenbucket.lua, embedded) mirrors the Go math of package
-// sluice line by line. It is sent with EVALSHA and re-sent with EVAL when
+// The scripts (tokenbucket1.lua for a lone check of one rule,
+// tokenbucket.lua for the rest, embedded) mirror the Go math of package
+// sluice line by line. The batch script applies its checks to the buckets
+// and returns the buckets as it read them; the client derives each
+// answer from those with sluice.Decide, so the answers have one
+// definition. A script is sent with EVALSHA and re-sent with EVAL when
 // Redis answers NOSCRIPT, as it does after a restart or failover. By
 // default the time is the Redis server's own (TIME), so every instance
 // shares one clock; Options.Now selects the client's clock instead. Both
