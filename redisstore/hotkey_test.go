@@ -218,13 +218,15 @@ func TestHotKeyIsOneReadAndOneWriteABatch(t *testing.T) {
 
 // Many goroutines on one key, through the default coalescing store and
 // the server's clock: what is admitted never exceeds the burst plus the
-// refill over the measured time, however the checks were batched, and the
-// key was read far fewer times than it was checked.
+// refill over the measured time (plus rate × max_delay when the checks
+// may reserve), however the checks were batched, and the key was read far
+// fewer times than it was checked.
 func TestHotKeyUnderConcurrency(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		cluster bool
-	}{{"standalone", false}, {"cluster", true}} {
+		name     string
+		cluster  bool
+		maxDelay time.Duration
+	}{{"standalone", false, 0}, {"cluster", true, 0}, {"standalone, paced", false, 300 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var client redis.UniversalClient
 			var servers []*redistest.Server
@@ -235,7 +237,7 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 				srv := redistest.Start(t)
 				client, servers = srv.Client(t), []*redistest.Server{srv}
 			}
-			rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+			rs := redisstore.New(client, redisstore.Options{})
 			defer rs.Close()
 			rule := sluice.Rule{Rate: 200, Burst: 50}
 			rules := []sluice.Rule{rule}
@@ -252,9 +254,13 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for time.Now().Before(stop) {
-						r, err := rs.Check(ctx, sluice.Request{Key: "flood", Cost: 1, Rules: rules})
+						r, err := rs.Check(ctx, sluice.Request{Key: "flood", Cost: 1, Rules: rules, MaxDelay: tc.maxDelay})
 						if err != nil {
 							t.Error(err)
+							return
+						}
+						if r.Delay > tc.maxDelay {
+							t.Errorf("a check was told to wait %v, more than its max delay %v", r.Delay, tc.maxDelay)
 							return
 						}
 						checks.Add(1)
@@ -274,8 +280,9 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 			}
 			// The key's first check finds it full; from then on it refills
 			// at most over the wall time the checks took (Redis's clock
-			// and ours run at the same rate).
-			bound := float64(rule.Burst) + rule.Rate*elapsed.Seconds() + 1
+			// and ours run at the same rate), and reservations take at
+			// most rate × max_delay ahead.
+			bound := float64(rule.Burst) + rule.Rate*(elapsed+tc.maxDelay).Seconds() + 1
 			n := admitted.Load()
 			t.Logf("%d checks in %v: %d admitted (bound %.0f), %d script calls, %d reads of the key (%.1f checks a read)",
 				checks.Load(), elapsed.Round(time.Millisecond), n, bound, scripts, gets, float64(checks.Load())/float64(max(gets, 1)))
