@@ -275,10 +275,12 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 		return
 	}
 	calls := make([]scriptCall, len(groups))
+	ops := make([][]op, len(groups))
 	cmds := make([]*redis.Cmd, len(groups))
 	pipe := b.pipeline()
 	for i, g := range groups {
-		calls[i] = b.s.prepare(opsOf(g))
+		ops[i] = opsOf(g)
+		calls[i] = b.s.prepare(ops[i])
 		cmds[i] = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].nums)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -288,7 +290,7 @@ func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
 			reply, err = calls[i].script.Eval(ctx, b.s.client, calls[i].keys, calls[i].nums).Text()
 		}
 		res := make([]sluice.Result, len(g))
-		err = parseReplies(reply, err, res, calls[i].order)
+		err = calls[i].parse(reply, err, ops[i], res)
 		for j, c := range g {
 			c.res, c.err = res[j], err
 		}

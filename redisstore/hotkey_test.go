@@ -218,13 +218,15 @@ func TestHotKeyIsOneReadAndOneWriteABatch(t *testing.T) {
 
 // Many goroutines on one key, through the default coalescing store and
 // the server's clock: what is admitted never exceeds the burst plus the
-// refill over the measured time, however the checks were batched, and the
-// key was read far fewer times than it was checked.
+// refill over the measured time (plus rate × max_delay when the checks
+// may reserve), however the checks were batched, and the key was read far
+// fewer times than it was checked.
 func TestHotKeyUnderConcurrency(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		cluster bool
-	}{{"standalone", false}, {"cluster", true}} {
+		name     string
+		cluster  bool
+		maxDelay time.Duration
+	}{{"standalone", false, 0}, {"cluster", true, 0}, {"standalone, paced", false, 300 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var client redis.UniversalClient
 			var servers []*redistest.Server
@@ -235,7 +237,7 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 				srv := redistest.Start(t)
 				client, servers = srv.Client(t), []*redistest.Server{srv}
 			}
-			rs := redisstore.New(client, redisstore.Options{Coalesce: &redisstore.Coalesce{}})
+			rs := redisstore.New(client, redisstore.Options{})
 			defer rs.Close()
 			rule := sluice.Rule{Rate: 200, Burst: 50}
 			rules := []sluice.Rule{rule}
@@ -252,9 +254,13 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for time.Now().Before(stop) {
-						r, err := rs.Check(ctx, sluice.Request{Key: "flood", Cost: 1, Rules: rules})
+						r, err := rs.Check(ctx, sluice.Request{Key: "flood", Cost: 1, Rules: rules, MaxDelay: tc.maxDelay})
 						if err != nil {
 							t.Error(err)
+							return
+						}
+						if r.Delay > tc.maxDelay {
+							t.Errorf("a check was told to wait %v, more than its max delay %v", r.Delay, tc.maxDelay)
 							return
 						}
 						checks.Add(1)
@@ -274,8 +280,9 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 			}
 			// The key's first check finds it full; from then on it refills
 			// at most over the wall time the checks took (Redis's clock
-			// and ours run at the same rate).
-			bound := float64(rule.Burst) + rule.Rate*elapsed.Seconds() + 1
+			// and ours run at the same rate), and reservations take at
+			// most rate × max_delay ahead.
+			bound := float64(rule.Burst) + rule.Rate*(elapsed+tc.maxDelay).Seconds() + 1
 			n := admitted.Load()
 			t.Logf("%d checks in %v: %d admitted (bound %.0f), %d script calls, %d reads of the key (%.1f checks a read)",
 				checks.Load(), elapsed.Round(time.Millisecond), n, bound, scripts, gets, float64(checks.Load())/float64(max(gets, 1)))
@@ -289,5 +296,46 @@ func TestHotKeyUnderConcurrency(t *testing.T) {
 				t.Errorf("%d checks took %d script calls and %d reads of the key: nothing was decided together", checks.Load(), scripts, gets)
 			}
 		})
+	}
+}
+
+// wrapped hides the client's type, as instrumentation around a client
+// would: it is a Scripter and nothing else, and cannot pipeline.
+type wrapped struct{ redis.Scripter }
+
+// A client the store does not know as one server, here a Cluster client
+// behind a wrapper, is batched a script call per slot: coalesced checks
+// over keys of every slot never cross slots, and the limit stays exact.
+func TestWrappedClusterClientIsBatchedBySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	frozen := newClock()
+	rs := redisstore.New(wrapped{cl.Client(t)}, redisstore.Options{Now: frozen.Now})
+	defer rs.Close()
+	rules := []sluice.Rule{{Rate: 1, Burst: 20}}
+	const keys, goroutines, each = 40, 32, 100
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				k := (g*7 + i) % keys
+				r, err := rs.Check(ctx, sluice.Request{Key: fmt.Sprint("w", k), Cost: 1, Rules: rules})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range admitted {
+		if n := admitted[k].Load(); n != 20 {
+			t.Errorf("key w%d: admitted %d of %d, want exactly the burst 20", k, n, goroutines*each/keys)
+		}
 	}
 }

@@ -7,8 +7,12 @@
 // a ring: any redis.UniversalClient); NewClient builds one from a URL and
 // options, with TLS and ACL users as managed services need.
 //
-// The script (tokenbucket.lua, embedded) mirrors the Go math of package
-// sluice line by line. It is sent with EVALSHA and re-sent with EVAL when
+// The scripts (tokenbucket1.lua for a lone check of one rule,
+// tokenbucket.lua for the rest, embedded) mirror the Go math of package
+// sluice line by line. The batch script applies its checks to the buckets
+// and returns the buckets as it read them; the client derives each
+// answer from those with sluice.Decide, so the answers have one
+// definition. A script is sent with EVALSHA and re-sent with EVAL when
 // Redis answers NOSCRIPT, as it does after a restart or failover. By
 // default the time is the Redis server's own (TIME), so every instance
 // shares one clock; Options.Now selects the client's clock instead. Both
@@ -182,7 +186,7 @@ func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 func (s *Store) runBatch(ctx context.Context, ops []op, res []sluice.Result) error {
 	c := s.prepare(ops)
 	reply, err := c.script.Run(ctx, s.client, c.keys, c.nums).Text()
-	return parseReplies(reply, err, res, c.order)
+	return c.parse(reply, err, ops, res)
 }
 
 // A scriptCall is one script call, ready to send: which script, its keys
@@ -191,7 +195,8 @@ type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	nums   []byte
-	order  []int // the script's i-th answer is for ops[order[i]]; nil: in order
+	order  []int // the batch script takes ops[order[0]], ops[order[1]], …
+	groups []int // in groups of these sizes; nil: the one-check script
 }
 
 // prepare builds the script call of ops: tokenBucketOne for a lone check
@@ -217,6 +222,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 		redisKeys[i] = s.Key(o.key)
 	}
 	order := groupOrder(redisKeys)
+	var groups []int
 	keys := make([]string, 0, len(ops))
 	n := 2
 	for _, o := range ops {
@@ -237,6 +243,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 			m++
 		}
 		keys = append(keys, key)
+		groups = append(groups, m)
 		kind := 0.0
 		if first.adjust {
 			kind = 1
@@ -254,7 +261,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 		}
 		i += m
 	}
-	return scriptCall{script: tokenBucket, keys: keys, nums: nums, order: order}
+	return scriptCall{script: tokenBucket, keys: keys, nums: nums, order: order, groups: groups}
 }
 
 // groupOrder returns the indexes of keys with every key's together, in the
@@ -276,24 +283,55 @@ func sameGroup(a, b op) bool {
 	return a.adjust == b.adjust && slices.Equal(a.rules, b.rules)
 }
 
-// parseReplies reads the 7 float64s of each check's result from the reply
-// of a script call, res[order[i]] from the i-th (res[i] when order is nil),
-// or returns the call's error.
-func parseReplies(reply string, err error, res []sluice.Result, order []int) error {
+// parse writes the answers of c, the script call of ops, to res, or
+// returns the call's error. The one-check script answers with 7 float64s;
+// the batch script with its instant and, for each group, the buckets it
+// read, from which the group's ops are decided here with the same math,
+// one after the other as the script applied them.
+func (c *scriptCall) parse(reply string, err error, ops []op, res []sluice.Result) error {
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
-	if len(reply) != 7*8*len(res) {
-		return fmt.Errorf("redisstore: script returned %d bytes for %d checks, want %d", len(reply), len(res), 7*8*len(res))
-	}
-	for i := range res {
-		j := i
-		if order != nil {
-			j = order[i]
+	if c.groups == nil {
+		if len(reply) != 7*8 {
+			return fmt.Errorf("redisstore: script returned %d bytes for a check, want %d", len(reply), 7*8)
 		}
-		res[j] = parseReply(reply[7*8*i:])
+		res[0] = parseReply(reply)
+		return nil
+	}
+	want, i := 8, 0
+	for _, m := range c.groups {
+		want += 16 * len(ops[c.order[i]].rules)
+		i += m
+	}
+	if len(reply) != want {
+		return fmt.Errorf("redisstore: script returned %d bytes for %d checks in %d groups, want %d", len(reply), len(ops), len(c.groups), want)
+	}
+	now := int64(floatAt(reply, 0))
+	p, i := 8, 0
+	var state [sluice.MaxRules]sluice.Bucket
+	for _, m := range c.groups {
+		n := len(ops[c.order[i]].rules)
+		b := state[:n]
+		for r := range b {
+			b[r] = sluice.Bucket{Tokens: floatAt(reply, p), Last: int64(floatAt(reply, p+8))}
+			p += 16
+		}
+		for _, j := range c.order[i : i+m] {
+			o := ops[j]
+			if o.adjust {
+				res[j] = sluice.AdjustBuckets(b, o.rules, now, o.amount)
+			} else {
+				res[j] = sluice.Decide(b, o.rules, now, o.amount, time.Duration(o.maxDelayUs)*time.Microsecond)
+			}
+		}
+		i += m
 	}
 	return nil
+}
+
+func floatAt(p string, i int) float64 {
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(p[i : i+8])))
 }
 
 func appendFloat(b []byte, f float64) []byte {
@@ -304,7 +342,7 @@ func appendFloat(b []byte, f float64) []byte {
 func parseReply(p string) sluice.Result {
 	var v [7]int64
 	for i := range v {
-		v[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(p[8*i : 8*i+8]))))
+		v[i] = int64(floatAt(p, 8*i))
 	}
 	return sluice.Result{
 		Allowed:    v[0] == 1,

@@ -1,21 +1,27 @@
 -- sluice token bucket: a batch of checks and adjustments, each of every
--- rule of one key, atomic because Redis runs a script alone. A batch of one
--- is the common case; coalesced checks share one call (and one TIME).
--- It mirrors, line by line, the Go definition in bucket.go (refill, Decide,
--- AdjustBuckets, report, remaining, micros, ExpiryAfter); redisstore's
--- differential tests hold the two against each other: change both or
--- neither.
+-- rule of one key, atomic because Redis runs a script alone. Coalesced
+-- checks share one call (and one TIME); a check or adjustment that is not
+-- a lone check of one rule (tokenbucket1.lua) comes here as a batch of one.
+-- It mirrors, line by line, the Go definition of how a check or an
+-- adjustment changes the buckets (refill, Decide, AdjustBuckets, micros,
+-- ExpiryAfter in bucket.go); redisstore's differential tests hold the two
+-- against each other: change both or neither.
 --
--- The checks of one key are decided together: the client sends them as
+-- The checks of one key are decided together. The client sends them as
 -- groups, a group being consecutive checks (or adjustments) of one key
 -- with the same rules, in the order they arrived, and the groups of one
--- key one after the other. The script reads a key once, decides its
--- groups' checks one after the other against that state, and writes it
--- once, when the next key starts. Each check gets exactly the answer it
--- would get from a call of its own at the same instant: the state passes
--- from check to check as a GET would have returned it after the SET
--- before. So a hot key costs Redis one GET and one SET a batch, whatever
--- the number of its checks.
+-- key one after the other. The script reads a key once, applies its
+-- groups' checks one after the other to that state, and writes it once,
+-- when the next key starts: the state passes from check to check as a GET
+-- would have returned it after the SET before, so each check is decided
+-- exactly as a call of its own at the same instant would decide it, and a
+-- hot key costs Redis one GET and one SET a batch, whatever the number of
+-- its checks. The script does not answer each check: it returns, for each
+-- group, the buckets as it read them, and the client derives the group's
+-- answers from them with sluice.Decide and sluice.AdjustBuckets, one check
+-- after the other, as this script did. The differential tests hold the
+-- answers, and so the state each batch leaves for the next, against
+-- sequential calls.
 --
 -- KEYS[g]  the key of group g: every rule's bucket of one caller, one
 --          string; consecutive groups may name the same key
@@ -37,21 +43,18 @@
 -- rule, exact (last < 2^53 µs) and cheaper to read than text. A missing or
 -- differently sized value is a set of full buckets (FullBucket).
 --
--- Returns, for each check in the order of the groups, 7 numbers packed as
--- little-endian float64s like the arguments (one string converts far
--- cheaper into a reply than an array of integers): allowed 0|1, reported
--- rule (0-based), limit, remaining, retry after µs, reset after µs, delay
--- µs.
+-- Returns little-endian float64s packed like the arguments (one string
+-- converts far cheaper into a reply than an array of numbers): now, then
+-- for each group the value its key held before the group, as its n rules'
+-- buckets (a set of full buckets as of now when it held none that fit).
 --
 -- Written for speed in Redis's interpreter: library functions in locals,
 -- no closures, the numbers of ARGV[1] read a few at a time at a moving
 -- position (struct.unpack returns the next one) rather than all into one
--- table, each check's reply packed on its own and joined once, and checks
--- of one rule unrolled (decideOne), with no tables at all.
+-- table, and checks of one rule unrolled (decideOne), with no tables.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
-local max_us = 9007199254740992 -- 2^53 µs: MaxWait, where every wait saturates (micros)
-local ceil, floor, min, huge = math.ceil, math.floor, math.min, math.huge
+local ceil, min = math.ceil, math.min
 local pack, unpack_struct, rep, concat, call = struct.pack, struct.unpack, string.rep, table.concat, redis.call
 
 local args = ARGV[1]
@@ -61,7 +64,7 @@ if now < 0 then
   now = t[1] * 1000000 + t[2]
 end
 
-local out, o = {}, 0 -- out[o]: the 7 packed numbers of the o-th check
+local out, o = { pack('<d', now) }, 1 -- out[o]: the o-th part of the reply
 local key           -- the key of the group before, not yet written
 local cur           -- its value, as a GET would return it now (false: none)
 local px            -- the expiry of its last write, ms
@@ -78,12 +81,16 @@ for g = 1, #KEYS do
   -- Every group has a rule, so 5 numbers are always there to read; rate
   -- and burst are rule 1's.
   local op, n, m, rate, burst, after = unpack_struct('<ddddd', args, a)
+  o = o + 1
   if op == 0 and n == 1 then
     -- Checks of one rule: decideOne, unrolled as in tokenbucket1.lua.
     a = after
     local tokens, last = burst, now
     if cur and #cur == 16 then
       tokens, last = unpack_struct('<dd', cur)
+      out[o] = cur
+    else
+      out[o] = pack('<dd', tokens, last)
     end
     -- refill: min(burst, tokens + max(0, now - last) * rate); last never
     -- moves backwards, so a clock behind never mints tokens. Once a group:
@@ -97,39 +104,21 @@ for g = 1, #KEYS do
     if last < now then
       last = now
     end
-    local reset = 0
     for _ = 1, m do
       local cost, max_delay
       cost, max_delay, a = unpack_struct('<dd', args, a)
-      local wait = 0
-      if tokens + tolerance < cost then
-        wait = ceil((cost - tokens) / rate * 1e6)
-        if wait > max_us then wait = max_us end -- saturates (micros)
-      end
-      local allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-      local retry, delay = 0, 0
-      if not allowed then
-        retry = wait
-      else
-        if wait > 0 then
-          delay = wait
-        end
+      -- allowed: no wait, or a reservation whose wait (micros) is within
+      -- max_delay; a denial takes nothing
+      if tokens + tolerance >= cost or (max_delay > 0 and ceil((cost - tokens) / rate * 1e6) <= max_delay) then
         tokens = tokens - cost
       end
-      local rem = 0
-      reset = 0
-      if tokens > 0 then
-        rem = floor(tokens + tolerance)
-      end
-      if burst - tokens > 0 then
-        reset = ceil((burst - tokens) / rate * 1e6)
-        if reset > max_us then reset = max_us end -- saturates (micros)
-      end
-      o = o + 1
-      out[o] = pack('<ddddddd', allowed and 1 or 0, 0, burst, rem, retry, reset, delay)
     end
     -- ExpiryAfter of the last check: until the bucket is full again, plus
     -- the margin; on every path, denials included.
+    local reset = 0
+    if burst - tokens > 0 then
+      reset = ceil((burst - tokens) / rate * 1e6)
+    end
     px = ceil(reset / 1000) + margin_ms
     cur = pack('<dd', tokens, last)
   else
@@ -139,24 +128,23 @@ for g = 1, #KEYS do
     a = rb[2 * n + 1]
     if cur and #cur == 16 * n then
       s = { unpack_struct(format, cur) }
+      out[o] = cur
     else
       s = {}
       for i = 1, n do
         s[2 * i - 1], s[2 * i] = rb[2 * i], now -- FullBucket
       end
+      out[o] = pack(format, unpack(s, 1, 2 * n))
     end
     for _ = 1, m do
       local amount, max_delay
       amount, max_delay, a = unpack_struct('<dd', args, a)
-
       -- refill every rule: min(burst, tokens + max(0, now - last) * rate);
       -- last never moves backwards, so a clock behind never mints tokens.
-      -- Check (Decide): wait is the µs until every bucket holds cost.
-      -- Adjust (AdjustBuckets): take delta, capped at the burst.
-      local cost, wait, allowed = 0, 0, true
-      if op == 0 then
-        cost = amount
-      end
+      -- Check (Decide): wait is the µs until every bucket holds cost; all
+      -- or nothing. Adjust (AdjustBuckets): take delta, capped at the
+      -- burst.
+      local wait = 0
       for i = 1, n do
         local rate, burst = rb[2 * i - 1], rb[2 * i]
         local elapsed = now - s[2 * i]
@@ -168,81 +156,36 @@ for g = 1, #KEYS do
           s[2 * i] = now
         end
         if op == 0 then
-          if tokens + tolerance < cost then
-            local w = ceil((cost - tokens) / rate * 1e6) -- micros
-            if w > max_us then w = max_us end -- saturates (micros)
+          if tokens + tolerance < amount then
+            local w = ceil((amount - tokens) / rate * 1e6) -- micros
             if w > wait then
               wait = w
             end
           end
         else
           tokens = min(burst, tokens - amount)
-          if tokens + tolerance < 0 then
-            allowed = false
-          end
         end
         s[2 * i - 1] = tokens
       end
-      if op == 0 then
-        allowed = wait == 0 or (max_delay > 0 and wait <= max_delay)
-        if allowed then
-          for i = 1, n do
-            s[2 * i - 1] = s[2 * i - 1] - cost
-          end
+      if op == 0 and (wait == 0 or (max_delay > 0 and wait <= max_delay)) then
+        for i = 1, n do
+          s[2 * i - 1] = s[2 * i - 1] - amount
         end
       end
-
-      -- report: denied, the rule that makes the caller wait longest;
-      -- allowed, the one with the fewest whole tokens (remaining), ties to
-      -- the one furthest from full. longest feeds ExpiryAfter.
-      local best, best_rem, best_reset, retry, longest = 1, huge, -1, 0, 0
-      for i = 1, n do
-        local rate, tokens = rb[2 * i - 1], s[2 * i - 1]
-        local reset = 0
-        if rb[2 * i] - tokens > 0 then
-          reset = ceil((rb[2 * i] - tokens) / rate * 1e6)
-          if reset > max_us then reset = max_us end -- saturates (micros)
-        end
+    end
+    -- ExpiryAfter of the last check: keep the state until every bucket is
+    -- full again, plus the margin; set on every path, denials included.
+    local longest = 0
+    for i = 1, n do
+      local left = rb[2 * i] - s[2 * i - 1]
+      if left > 0 then
+        local reset = ceil(left / rb[2 * i - 1] * 1e6)
         if reset > longest then
           longest = reset
         end
-        if not allowed then
-          if tokens + tolerance < cost then
-            local w = ceil((cost - tokens) / rate * 1e6)
-            if w > max_us then w = max_us end -- saturates (micros)
-            if w > retry then
-              best, retry = i, w
-            end
-          end
-        else
-          local rem = 0
-          if tokens > 0 then
-            rem = floor(tokens + tolerance)
-          end
-          if rem < best_rem or (rem == best_rem and reset > best_reset) then
-            best, best_rem, best_reset = i, rem, reset
-          end
-        end
       end
-      -- ExpiryAfter: keep the state until every bucket is full again, plus
-      -- the margin; set on every path, denials included.
-      px = ceil(longest / 1000) + margin_ms
-
-      local tokens, burst, rate = s[2 * best - 1], rb[2 * best], rb[2 * best - 1]
-      local rem, reset, delay = 0, 0, 0
-      if tokens > 0 then
-        rem = floor(tokens + tolerance)
-      end
-      if burst - tokens > 0 then
-        reset = ceil((burst - tokens) / rate * 1e6)
-        if reset > max_us then reset = max_us end -- saturates (micros)
-      end
-      if allowed and wait > 0 then
-        delay = wait
-      end
-      o = o + 1
-      out[o] = pack('<ddddddd', allowed and 1 or 0, best - 1, burst, rem, retry, reset, delay)
     end
+    px = ceil(longest / 1000) + margin_ms
     cur = pack(format, unpack(s, 1, 2 * n))
   end
 end
