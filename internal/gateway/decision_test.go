@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // served is a gateway serving on real loopback listeners, in process.
@@ -357,4 +358,51 @@ func FuzzCheckBody(f *testing.F) {
 			t.Fatalf("%q: read as %+v here, %+v by encoding/json", body, parsed, std)
 		}
 	})
+}
+
+// TestCheckSaysWhatDecided: on Redis, answers the store made say
+// "decided_by":"store"; with Redis dead, on_error local and open answer
+// with "store_error":true and what decided instead, and a remembered
+// denial says "denial_cache" (a real decision: no store_error).
+func TestCheckSaysWhatDecided(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serve(t, "", fmt.Sprintf(`store:
+  type: redis
+  redis: {url: "redis://%s/0", timeout: 200ms}
+  on_error: local
+policies:
+  - {name: local, match: /l, anonymous: [{rate: 1/h, burst: 3}]}
+  - {name: open, match: /o, on_error: open, anonymous: [{rate: 1/h, burst: 3}]}
+`, srv.Addr()))
+	check := func(policy, key string, cost int) checkResponse {
+		t.Helper()
+		resp, b := post(t, s.decision+"/v1/check", fmt.Sprintf(`{"policy":%q,"key":%q,"cost":%d}`, policy, key, cost), "Content-Type", jsonType)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s/%s: %d %s", policy, key, resp.StatusCode, b)
+		}
+		var r checkResponse
+		if err := json.Unmarshal([]byte(b), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := check("local", "a", 1); !r.Allowed || r.StoreError || r.DecidedBy != "store" {
+		t.Fatalf("Redis up: %+v", r)
+	}
+	if r := check("local", "spent", 3); !r.Allowed || r.DecidedBy != "store" {
+		t.Fatalf("Redis up, spending: %+v", r)
+	}
+	if r := check("local", "spent", 1); r.Allowed || r.DecidedBy != "store" {
+		t.Fatalf("Redis up, spent: %+v", r)
+	}
+	if r := check("local", "spent", 1); r.Allowed || r.StoreError || r.DecidedBy != "denial_cache" {
+		t.Fatalf("a remembered denial: %+v; want decided_by denial_cache, no store_error", r)
+	}
+	srv.Kill()
+	if r := check("local", "b", 1); !r.Allowed || !r.StoreError || r.DecidedBy != "local" {
+		t.Errorf("Redis down, on_error local: %+v; want store_error and decided_by local", r)
+	}
+	if r := check("open", "b", 1); !r.Allowed || !r.StoreError || r.DecidedBy != "open" {
+		t.Errorf("Redis down, on_error open: %+v; want store_error and decided_by open", r)
+	}
 }
