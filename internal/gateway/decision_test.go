@@ -36,11 +36,15 @@ func serve(t testing.TB, dir, yaml string) *served {
 	if !strings.Contains(yaml, "decision_api:") {
 		yaml += "decision_api: {listen: 127.0.0.1:0}\n"
 	}
-	cfg, err := config.Parse("test.yaml", dir, []byte(yaml))
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g, err := New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +170,33 @@ func TestDecisionAPINeedsItsToken(t *testing.T) {
 	resp, b = post(t, s.traffic+"/v1/check", `{"policy":"nope","key":"alice"}`, "Content-Type", jsonType, "authorization", "bearer "+token)
 	if resp.StatusCode != 400 || !strings.Contains(b, "unknown_policy") || !strings.Contains(b, "secret-internal-policy") {
 		t.Fatalf("unknown policy with the token: %d %s; want 400 naming the configured policies", resp.StatusCode, b)
+	}
+}
+
+// TestTokenRotatesOnReload: SIGHUP (Reload) reads the token file again;
+// the old token stops working, the new one works.
+func TestTokenRotatesOnReload(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("old-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "decision_api: {listen: 127.0.0.1:0, token_file: token}\n"+tokenPolicies)
+	call := func(token string) int {
+		resp, _ := post(t, s.decision+"/v1/check", `{"policy":"products","key":"k","cost":0}`, "Content-Type", jsonType, "Authorization", "Bearer "+token)
+		return resp.StatusCode
+	}
+	if call("old-token-0123456789") != 200 || call("new-token-0123456789") != 401 {
+		t.Fatal("before the reload: want the old token only")
+	}
+	if err := os.WriteFile(tokenFile, []byte("new-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if call("old-token-0123456789") != 401 || call("new-token-0123456789") != 200 {
+		t.Fatal("after the reload: want the new token only")
 	}
 }
 
