@@ -309,6 +309,31 @@ func TestDecisionAPIRefusesWhatItCannotReadStrictly(t *testing.T) {
 	}
 }
 
+// TestCheckBodyBoundWithoutLength: a chunked body (no Content-Length) past
+// 64 KiB is refused with 413 as it is read, white space or not.
+func TestCheckBodyBoundWithoutLength(t *testing.T) {
+	s := serve(t, "", "policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 100}]}\n")
+	for _, body := range []string{
+		`{"policy":"api","key":"k"}` + strings.Repeat("\n", 64<<10),
+		`{"policy":"api","key":"` + strings.Repeat("k", 64<<10) + `"}`,
+	} {
+		req, _ := http.NewRequest("POST", s.decision+"/v1/check", struct{ io.Reader }{strings.NewReader(body)})
+		req.Header.Set("Content-Type", jsonType)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(b), "body_too_large") {
+			t.Errorf("chunked body of %d bytes: %d %s; want 413", len(body), resp.StatusCode, b)
+		}
+	}
+	if got := remaining(t, s.decision, "api", "k"); got != 100 {
+		t.Errorf("the refused bodies charged the bucket: %d left, want 100", got)
+	}
+}
+
 // TestInvalidUTF8KeysDoNotShareABucket: "\ud800", "\udfff" and a raw 0xFF
 // byte, which encoding/json would all read as U+FFFD, are refused and
 // charge nothing; U+FFFD itself, escaped or not, is a key of its own.
