@@ -23,7 +23,7 @@ func TestServerAndDecisionAPIDefaults(t *testing.T) {
 	s := c.Server
 	if s.ReadHeaderTimeout != 10*time.Second || s.ReadTimeout != 30*time.Second || s.WriteTimeout != 0 ||
 		s.IdleTimeout != 2*time.Minute || s.MaxHeaderBytes != 64<<10 || s.BodyLimit() != 10<<20 ||
-		s.MaxInFlight != 10000 || s.MaxDelayLimit != 10*time.Second {
+		s.MaxInFlight != 10000 || s.MaxConnections != 10000 || s.MaxDelayLimit != 10*time.Second {
 		t.Fatalf("server defaults: %+v (body %d)", s, s.BodyLimit())
 	}
 	c, err = Parse("set.yaml", ".", []byte("decision_api: {listen: \"off\"}\nserver: {max_body_bytes: 0, read_timeout: 1m, max_delay_limit: 30s, write_timeout: 2m, max_in_flight: 5}\n"))
@@ -80,6 +80,7 @@ func TestServerBounds(t *testing.T) {
 		{"server:\n  max_header_bytes: 10\n", "bad.yaml:2: server.max_header_bytes: 10: want a size from 1024"},
 		{"server:\n  max_body_bytes: -1\n", "bad.yaml:2: server.max_body_bytes: -1"},
 		{"server:\n  max_in_flight: -3\n", "bad.yaml:2: server.max_in_flight: -3"},
+		{"server:\n  max_connections: -1\n", "bad.yaml:2: server.max_connections: -1"},
 		{"server:\n  read_timeout: 5s\n", "bad.yaml:2: server.read_timeout: 5s is not above server.max_delay_limit 10s"},
 		{"server:\n  write_timeout: 10s\n", "bad.yaml:2: server.write_timeout: 10s is not above server.max_delay_limit 10s"},
 		{paced, "bad.yaml:5: policies[0].max_delay: 20s is above server.max_delay_limit 10s"},

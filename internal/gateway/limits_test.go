@@ -341,3 +341,60 @@ func TestHeaderBound(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionBound: past server.max_connections open connections (idle
+// ones count) a new connection is told 503 and closed; when one closes,
+// the next is served.
+func TestConnectionBound(t *testing.T) {
+	const bound = 3
+	s := serve(t, "", fmt.Sprintf("server: {max_connections: %d}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", bound))
+	for _, base := range []string{s.traffic, s.decision} {
+		addr := strings.TrimPrefix(base, "http://")
+		var idle []net.Conn
+		for range bound {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			idle = append(idle, c)
+		}
+		// Accepting is asynchronous: retry the measurement until the
+		// gateway has taken the idle connections.
+		var line string
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			line, _ = bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if line != "" {
+				break
+			}
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Fatalf("%s with %d idle connections open: %q; want 503", base, bound, line)
+		}
+		for _, c := range idle {
+			c.Close()
+		}
+		var code int
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			resp, _ := post(t, base+"/v1/check", `{"policy":"api","key":"k"}`, "Content-Type", jsonType, "Connection", "close")
+			if code = resp.StatusCode; code != 503 {
+				break
+			}
+		}
+		if code == 503 {
+			t.Fatalf("%s after the idle connections closed: still 503", base)
+		}
+	}
+	_, metrics := status(t, s.admin+"/metrics")
+	for _, l := range []string{"traffic", "decision"} {
+		if !strings.Contains(metrics, `sluice_server_rejections_total{listener="`+l+`",reason="connections"}`) {
+			t.Errorf("metrics lack the %s listener's refused connections:\n%s", l, grepLines(metrics, "sluice_server"))
+		}
+	}
+}
