@@ -462,3 +462,27 @@ policies:
 		t.Errorf("Redis down, on_error open: %+v; want store_error and decided_by open", r)
 	}
 }
+
+// TestDecisionAPIPlacement: listen: off opens no decision listener; with
+// on_traffic_listener the traffic listener answers /v1/check itself, and
+// every other path still reaches the upstream.
+func TestDecisionAPIPlacement(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "upstream "+r.URL.Path)
+	}))
+	defer upstream.Close()
+	off := serve(t, "", "upstream: "+upstream.URL+"\ndecision_api: {listen: \"off\"}\n"+tokenPolicies)
+	if off.g.DecisionAddr() != nil || off.decision != "" {
+		t.Fatalf("listen: off opened %v", off.g.DecisionAddr())
+	}
+	if resp, b := post(t, off.traffic+"/v1/check", `{"policy":"products","key":"k"}`, "Content-Type", jsonType); resp.StatusCode != 200 || b != "upstream /v1/check" {
+		t.Fatalf("listen off, traffic /v1/check: %d %s", resp.StatusCode, b)
+	}
+	both := serve(t, "", "upstream: "+upstream.URL+"\ndecision_api: {listen: \"off\", on_traffic_listener: true}\n"+tokenPolicies)
+	if resp, b := post(t, both.traffic+"/v1/check", `{"policy":"products","key":"k"}`, "Content-Type", jsonType); resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) {
+		t.Fatalf("on the traffic listener: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := post(t, both.traffic+"/v1/checks", `{}`); resp.StatusCode != 200 || b != "upstream /v1/checks" {
+		t.Fatalf("another path on the traffic listener: %d %s", resp.StatusCode, b)
+	}
+}
