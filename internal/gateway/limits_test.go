@@ -398,3 +398,40 @@ func TestConnectionBound(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedUploadsWithinReadTimeout: a paced POST is held before its body
+// is read, and read_timeout counts the hold; within max_delay_limit (which
+// read_timeout must exceed) the held uploads still arrive whole.
+func TestPacedUploadsWithinReadTimeout(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	}))
+	defer upstream.Close()
+	s := serve(t, "", "upstream: "+upstream.URL+"\nserver: {read_timeout: 5s, max_delay_limit: 1s}\npolicies:\n  - {name: up, match: \"POST /\", max_delay: 1s, anonymous: [{rate: 3/s, burst: 1}]}\n")
+	const n, size = 3, 256 << 10
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(s.traffic+"/up", "application/octet-stream", strings.NewReader(strings.Repeat("x", size)))
+			if err != nil {
+				got[i] = err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got[i] = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d paced uploads of %d bytes in %v", n, size, time.Since(start))
+	for i, g := range got {
+		if g != fmt.Sprintf("200 %d", size) {
+			t.Errorf("upload %d: %s; want 200 and the whole body", i, g)
+		}
+	}
+}
