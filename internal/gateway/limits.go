@@ -155,10 +155,11 @@ func (b *guardedBody) failure() int {
 // failureAfterRead is failure once a read under way has returned. A read
 // that passes read_timeout cancels the request's context inside net/http
 // before it returns here, so the proxy may report the cancellation first;
-// the read is then a moment from returning. The wait is bounded all the
-// same.
+// the read is then a moment from returning (as it is when the client went
+// away, the other cause of a cancellation). The wait is bounded all the
+// same, generously, as a starved machine can take seconds to run it.
 func (b *guardedBody) failureAfterRead() int {
-	for end := time.Now().Add(time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
+	for end := time.Now().Add(5 * time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
 	}
 	return b.failure()
@@ -189,7 +190,13 @@ type guardWriter struct {
 
 func (w *guardWriter) WriteHeader(code int) {
 	if (code == http.StatusBadGateway || code == statusClientGone) && !w.replaced {
-		if status := w.body.failureAfterRead(); status != 0 {
+		// A body error reaches the proxy after it is recorded here; a
+		// cancellation may reach it before.
+		status := w.body.failure()
+		if code == statusClientGone {
+			status = w.body.failureAfterRead()
+		}
+		if status != 0 {
 			w.replaced = true
 			w.g.rejected("traffic", rejectReason(status))
 			h := w.ResponseWriter.Header()
