@@ -35,6 +35,11 @@ type Server struct {
 	// paced requests being held included; beyond it a request gets 503
 	// with Retry-After. Default 10000.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxConnections bounds the open connections of each listener, idle
+	// keep-alive ones included, so that a flood of connections cannot
+	// take the descriptors the gateway needs for its upstream and Redis;
+	// beyond it a new connection gets 503 and is closed. Default 10000.
+	MaxConnections int `yaml:"max_connections"`
 	// MaxDelayLimit is the most a policy's max_delay may be; default 10s.
 	MaxDelayLimit time.Duration `yaml:"max_delay_limit"`
 }
@@ -47,6 +52,7 @@ const (
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxBodyBytes      = 10 << 20
 	DefaultMaxInFlight       = 10_000
+	DefaultMaxConnections    = 10_000
 	DefaultMaxDelayLimit     = 10 * time.Second
 )
 
@@ -78,6 +84,9 @@ func (s *Server) defaults() {
 	if s.MaxInFlight == 0 {
 		s.MaxInFlight = DefaultMaxInFlight
 	}
+	if s.MaxConnections == 0 {
+		s.MaxConnections = DefaultMaxConnections
+	}
 }
 
 func (v *validator) server() {
@@ -106,6 +115,9 @@ func (v *validator) server() {
 	}
 	if s.MaxInFlight < 1 {
 		v.fail("server.max_in_flight", "%d: want the most requests served at once on a listener, such as 10000", s.MaxInFlight)
+	}
+	if s.MaxConnections < 1 {
+		v.fail("server.max_connections", "%d: want the most open connections of a listener, such as 10000", s.MaxConnections)
 	}
 	if s.MaxDelayLimit > 0 && s.ReadTimeout > 0 && s.ReadTimeout <= s.MaxDelayLimit {
 		v.fail("server.read_timeout", "%v is not above server.max_delay_limit %v: a paced request held that long would have no time left to send its body; raise read_timeout or lower max_delay_limit", s.ReadTimeout, s.MaxDelayLimit)

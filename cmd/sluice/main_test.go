@@ -475,3 +475,29 @@ func curlLines(t *testing.T, doc string) []string {
 	}
 	return lines
 }
+
+// TestServeDecisionToken runs the binary with decision_api.token_file: the
+// decision listener answers 401 without the token and decides with it;
+// the traffic listener does not serve /v1/check.
+func TestServeDecisionToken(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "decision.token"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	data := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0, token_file: decision.token}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, path)
+	body := `{"policy":"api","key":"k","cost":0}`
+	if resp, b := send(t, "POST", s.decision+"/v1/check", body, "Content-Type", "application/json"); resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" || strings.Contains(b, "api") {
+		t.Fatalf("without the token: %d %q %s", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), b)
+	}
+	if resp, b := send(t, "POST", s.decision+"/v1/check", body, "Content-Type", "application/json", "Authorization", "Bearer 0123456789abcdef0123456789abcdef"); resp.StatusCode != 200 || !strings.Contains(b, `"remaining":1`) {
+		t.Fatalf("with the token: %d %s", resp.StatusCode, b)
+	}
+	if resp, body := send(t, "POST", s.traffic+"/v1/check", body, "Content-Type", "application/json"); resp.StatusCode != 404 || !strings.Contains(body, "no upstream") {
+		t.Fatalf("traffic /v1/check without an upstream: %d %s", resp.StatusCode, body)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // served is a gateway serving on real loopback listeners, in process.
@@ -35,11 +36,15 @@ func serve(t testing.TB, dir, yaml string) *served {
 	if !strings.Contains(yaml, "decision_api:") {
 		yaml += "decision_api: {listen: 127.0.0.1:0}\n"
 	}
-	cfg, err := config.Parse("test.yaml", dir, []byte(yaml))
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g, err := New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +173,33 @@ func TestDecisionAPINeedsItsToken(t *testing.T) {
 	}
 }
 
+// TestTokenRotatesOnReload: SIGHUP (Reload) reads the token file again;
+// the old token stops working, the new one works.
+func TestTokenRotatesOnReload(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("old-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "decision_api: {listen: 127.0.0.1:0, token_file: token}\n"+tokenPolicies)
+	call := func(token string) int {
+		resp, _ := post(t, s.decision+"/v1/check", `{"policy":"products","key":"k","cost":0}`, "Content-Type", jsonType, "Authorization", "Bearer "+token)
+		return resp.StatusCode
+	}
+	if call("old-token-0123456789") != 200 || call("new-token-0123456789") != 401 {
+		t.Fatal("before the reload: want the old token only")
+	}
+	if err := os.WriteFile(tokenFile, []byte("new-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if call("old-token-0123456789") != 401 || call("new-token-0123456789") != 200 {
+		t.Fatal("after the reload: want the new token only")
+	}
+}
+
 // TestDecisionAPIWithoutToken: without a token configured the API works
 // as before on its listener, but an unknown policy is not answered with
 // the list of configured ones.
@@ -277,6 +309,31 @@ func TestDecisionAPIRefusesWhatItCannotReadStrictly(t *testing.T) {
 	}
 }
 
+// TestCheckBodyBoundWithoutLength: a chunked body (no Content-Length) past
+// 64 KiB is refused with 413 as it is read, white space or not.
+func TestCheckBodyBoundWithoutLength(t *testing.T) {
+	s := serve(t, "", "policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 100}]}\n")
+	for _, body := range []string{
+		`{"policy":"api","key":"k"}` + strings.Repeat("\n", 64<<10),
+		`{"policy":"api","key":"` + strings.Repeat("k", 64<<10) + `"}`,
+	} {
+		req, _ := http.NewRequest("POST", s.decision+"/v1/check", struct{ io.Reader }{strings.NewReader(body)})
+		req.Header.Set("Content-Type", jsonType)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 || !strings.Contains(string(b), "body_too_large") {
+			t.Errorf("chunked body of %d bytes: %d %s; want 413", len(body), resp.StatusCode, b)
+		}
+	}
+	if got := remaining(t, s.decision, "api", "k"); got != 100 {
+		t.Errorf("the refused bodies charged the bucket: %d left, want 100", got)
+	}
+}
+
 // TestInvalidUTF8KeysDoNotShareABucket: "\ud800", "\udfff" and a raw 0xFF
 // byte, which encoding/json would all read as U+FFFD, are refused and
 // charge nothing; U+FFFD itself, escaped or not, is a key of its own.
@@ -357,4 +414,75 @@ func FuzzCheckBody(f *testing.F) {
 			t.Fatalf("%q: read as %+v here, %+v by encoding/json", body, parsed, std)
 		}
 	})
+}
+
+// TestCheckSaysWhatDecided: on Redis, answers the store made say
+// "decided_by":"store"; with Redis dead, on_error local and open answer
+// with "store_error":true and what decided instead, and a remembered
+// denial says "denial_cache" (a real decision: no store_error).
+func TestCheckSaysWhatDecided(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serve(t, "", fmt.Sprintf(`store:
+  type: redis
+  redis: {url: "redis://%s/0", timeout: 200ms}
+  on_error: local
+policies:
+  - {name: local, match: /l, anonymous: [{rate: 1/h, burst: 3}]}
+  - {name: open, match: /o, on_error: open, anonymous: [{rate: 1/h, burst: 3}]}
+`, srv.Addr()))
+	check := func(policy, key string, cost int) checkResponse {
+		t.Helper()
+		resp, b := post(t, s.decision+"/v1/check", fmt.Sprintf(`{"policy":%q,"key":%q,"cost":%d}`, policy, key, cost), "Content-Type", jsonType)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s/%s: %d %s", policy, key, resp.StatusCode, b)
+		}
+		var r checkResponse
+		if err := json.Unmarshal([]byte(b), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := check("local", "a", 1); !r.Allowed || r.StoreError || r.DecidedBy != "store" {
+		t.Fatalf("Redis up: %+v", r)
+	}
+	if r := check("local", "spent", 3); !r.Allowed || r.DecidedBy != "store" {
+		t.Fatalf("Redis up, spending: %+v", r)
+	}
+	if r := check("local", "spent", 1); r.Allowed || r.DecidedBy != "store" {
+		t.Fatalf("Redis up, spent: %+v", r)
+	}
+	if r := check("local", "spent", 1); r.Allowed || r.StoreError || r.DecidedBy != "denial_cache" {
+		t.Fatalf("a remembered denial: %+v; want decided_by denial_cache, no store_error", r)
+	}
+	srv.Kill()
+	if r := check("local", "b", 1); !r.Allowed || !r.StoreError || r.DecidedBy != "local" {
+		t.Errorf("Redis down, on_error local: %+v; want store_error and decided_by local", r)
+	}
+	if r := check("open", "b", 1); !r.Allowed || !r.StoreError || r.DecidedBy != "open" {
+		t.Errorf("Redis down, on_error open: %+v; want store_error and decided_by open", r)
+	}
+}
+
+// TestDecisionAPIPlacement: listen: off opens no decision listener; with
+// on_traffic_listener the traffic listener answers /v1/check itself, and
+// every other path still reaches the upstream.
+func TestDecisionAPIPlacement(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "upstream "+r.URL.Path)
+	}))
+	defer upstream.Close()
+	off := serve(t, "", "upstream: "+upstream.URL+"\ndecision_api: {listen: \"off\"}\n"+tokenPolicies)
+	if off.g.DecisionAddr() != nil || off.decision != "" {
+		t.Fatalf("listen: off opened %v", off.g.DecisionAddr())
+	}
+	if resp, b := post(t, off.traffic+"/v1/check", `{"policy":"products","key":"k"}`, "Content-Type", jsonType); resp.StatusCode != 200 || b != "upstream /v1/check" {
+		t.Fatalf("listen off, traffic /v1/check: %d %s", resp.StatusCode, b)
+	}
+	both := serve(t, "", "upstream: "+upstream.URL+"\ndecision_api: {listen: \"off\", on_traffic_listener: true}\n"+tokenPolicies)
+	if resp, b := post(t, both.traffic+"/v1/check", `{"policy":"products","key":"k"}`, "Content-Type", jsonType); resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) {
+		t.Fatalf("on the traffic listener: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := post(t, both.traffic+"/v1/checks", `{}`); resp.StatusCode != 200 || b != "upstream /v1/checks" {
+		t.Fatalf("another path on the traffic listener: %d %s", resp.StatusCode, b)
+	}
 }

@@ -416,11 +416,11 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 		"decision_listen", decisionAddr, "decision_api_on_traffic_listener", cfg.DecisionAPI.OnTrafficListener,
 		"mode", mode, "store", cfg.Store.Type, "policies", len(cfg.Policies))
 	errc := make(chan error, 3)
-	go func() { errc <- g.traffic.Serve(g.trafficLn) }()
+	go func() { errc <- g.traffic.Serve(g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")) }()
 	go func() { errc <- g.admin.Serve(g.adminLn) }()
 	if g.decisionLn != nil {
 		g.decision = newServer(g.Decision(), cfg.Server, g.log)
-		go func() { errc <- g.decision.Serve(g.decisionLn) }()
+		go func() { errc <- g.decision.Serve(g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")) }()
 	}
 	var err error
 	select {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -23,7 +24,8 @@ import (
 // (http.Server's own deadlines, set in newServer); bodies are bounded
 // (max_body_bytes for the proxy, 64 KiB for the decision API); and each
 // listener serves at most max_in_flight requests at once, paced requests
-// being held included, answering 503 beyond.
+// being held included, and keeps at most max_connections open, answering
+// 503 beyond either.
 
 // newServer is an http.Server for h with the timeouts and header bound of s.
 func newServer(h http.Handler, s config.Server, errLog *slog.Logger) *http.Server {
@@ -84,7 +86,7 @@ func (g *Gateway) initLimits(cfg *config.Config) {
 	g.decisionFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "decision", g: g}
 	g.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_rejections_total",
-		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision) and reason (in_flight, body_too_large, read_timeout, unauthorized).",
+		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision) and reason (connections, in_flight, body_too_large, read_timeout, unauthorized).",
 	}, []string{"listener", "reason"})
 	g.reg.MustRegister(g.rejections)
 }
@@ -153,10 +155,11 @@ func (b *guardedBody) failure() int {
 // failureAfterRead is failure once a read under way has returned. A read
 // that passes read_timeout cancels the request's context inside net/http
 // before it returns here, so the proxy may report the cancellation first;
-// the read is then a moment from returning. The wait is bounded all the
-// same.
+// the read is then a moment from returning (as it is when the client went
+// away, the other cause of a cancellation). The wait is bounded all the
+// same, generously, as a starved machine can take seconds to run it.
 func (b *guardedBody) failureAfterRead() int {
-	for end := time.Now().Add(time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
+	for end := time.Now().Add(5 * time.Second); b.reading.Load() > 0 && time.Now().Before(end); {
 		time.Sleep(time.Millisecond)
 	}
 	return b.failure()
@@ -187,7 +190,13 @@ type guardWriter struct {
 
 func (w *guardWriter) WriteHeader(code int) {
 	if (code == http.StatusBadGateway || code == statusClientGone) && !w.replaced {
-		if status := w.body.failureAfterRead(); status != 0 {
+		// A body error reaches the proxy after it is recorded here; a
+		// cancellation may reach it before.
+		status := w.body.failure()
+		if code == statusClientGone {
+			status = w.body.failureAfterRead()
+		}
+		if status != 0 {
 			w.replaced = true
 			w.g.rejected("traffic", rejectReason(status))
 			h := w.ResponseWriter.Header()
@@ -273,4 +282,60 @@ func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
 	if o != n {
 		log.Warn("sluice: the server section changed; its timeouts and bounds apply at the next restart", "file", path)
 	}
+}
+
+// limitListener bounds the open connections of a listener. A connection
+// past the bound is told 503 and closed at once, rather than left in the
+// kernel's queue: the client learns to retry, and the gateway keeps the
+// descriptors it needs for the upstream and the store.
+type limitListener struct {
+	net.Listener
+	slots    chan struct{}
+	listener string
+	g        *Gateway
+}
+
+func (g *Gateway) limitListener(ln net.Listener, max int, listener string) net.Listener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, max), listener: listener, g: g}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			l.g.rejected(l.listener, "connections")
+			go refuse(c)
+		}
+	}
+}
+
+// connectionsFull is what a connection past max_connections is told.
+var connectionsFull = func() string {
+	body := `{"error":"overloaded","message":"the gateway has as many connections open as it may; retry shortly"}` + "\n"
+	return "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+}()
+
+func refuse(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = io.WriteString(c, connectionsFull)
+	_ = c.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

