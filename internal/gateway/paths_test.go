@@ -357,3 +357,44 @@ func tryRawRequest(addr, method, target, host string) (*http.Response, bool) {
 	resp.Body.Close()
 	return resp, true
 }
+
+// TestSpellingsConcurrently is an attacker spreading one route over many
+// spellings and connections at once: all the requests that reach the
+// upstream's products route together stay within the products policy
+// (burst 5, 1/h: at most 5 plus what refilled while the test ran).
+func TestSpellingsConcurrently(t *testing.T) {
+	up := &looseUpstream{caseless: true, decodeSlashes: true}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	policies := strings.Replace(spellingPolicies, "GET /products/{id}\", anonymous: [{rate: 1/h, burst: 1}]", "GET /products/{id}\", anonymous: [{rate: 1/h, burst: 5}]", 1)
+	_, gw, _ := newGateway(t, fmt.Sprintf("upstream: %s\npaths: {case: insensitive, escaped_slashes: decode}\n%s", upstream.URL, policies))
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	spellings := []string{
+		"/products/%d", "/PRODUCTS/%d", "/products/%d/", "//products//%d", "/./products/%d", "/x/../products/%d",
+		"/%%70roducts/%d", "/products%%2F%d", `/products\%d`, "/Products/%d/.", "/%%2e/products/%d",
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	served := 0
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				target := fmt.Sprintf(spellings[(w+i)%len(spellings)], w*100+i)
+				resp, ok := tryRawRequest(addr, "GET", target, "localhost")
+				if ok && resp.Header.Get("X-Route") == "products" {
+					mu.Lock()
+					served++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	refilled := int(time.Since(start)/time.Hour) + 1
+	if served < 1 || served > 5+refilled {
+		t.Fatalf("%d of 320 requests in 11 spellings reached the products route; want 1 to %d (burst 5 at 1/h)", served, 5+refilled)
+	}
+}
