@@ -26,6 +26,9 @@ func TestPathsAndForwardedHeader(t *testing.T) {
 		{"auto without proxies", "forwarded_header: auto\n", nil},
 		{"case conflict", "paths: {case: insensitive}\npolicies:\n  - {name: a, match: \"GET /Products/{id}\", anonymous: [{rate: 1/s, burst: 1}]}\n  - {name: b, match: \"GET /products/{x}\", anonymous: [{rate: 1/s, burst: 1}]}\n",
 			[]string{"bad.yaml:4: policies[1].match: \"GET /products/{x}\" conflicts with another pattern once case is ignored"}},
+		{"double slash", "policies:\n  - {name: a, match: \"GET /a//b\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"bad.yaml:2: policies[0].match: \"GET /a//b\" holds an empty segment (//), which no request does once normalised"}},
+		{"dot segment", "policies:\n  - {name: a, match: \"host.example/a/../b\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"policies[0].match:", "holds a dot segment (..)"}},
+		{"path parameter", "policies:\n  - {name: a, match: \"/login;x\", anonymous: [{rate: 1/s, burst: 1}]}\n", []string{"policies[0].match:", "holds a path parameter (;)"}},
 		{"case apart", "policies:\n  - {name: a, match: \"GET /Products/{id}\", anonymous: [{rate: 1/s, burst: 1}]}\n  - {name: b, match: \"GET /products/{x}\", anonymous: [{rate: 1/s, burst: 1}]}\n", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,7 +5,9 @@
 // A Policy selects requests by a net/http ServeMux pattern ("POST
 // /payments/", "GET /products/{id}"); when several match, the most specific
 // wins, exactly as the ServeMux would route it, and a request that no
-// pattern matches passes unlimited. The caller is anonymous, keyed by its
+// pattern matches passes unlimited. The request is matched in a normal
+// form (see Paths), and that form is what the next handler receives: what
+// is matched is what is served. The caller is anonymous, keyed by its
 // client IP (see ClientIP for how proxies are trusted), or authenticated,
 // keyed by an identity that an Authenticator verified or that the
 // application put in the request context with WithIdentity. A credential

@@ -70,10 +70,13 @@ var (
 
 // normalizeRequest returns r in its normal form: r itself when it is
 // already normal (the common case, which allocates nothing), or a shallow
-// copy with a new URL and Host.
+// copy with a new URL, RequestURI and Host.
 func normalizeRequest(r *http.Request, paths Paths) (*http.Request, error) {
 	if !validMethod(r.Method) {
 		return nil, errMethod
+	}
+	if r.URL == nil {
+		return nil, errBadEscape
 	}
 	raw := rawPath(r)
 	path, err := normalizePath(raw, paths.EscapedSlashes)
@@ -91,6 +94,9 @@ func normalizeRequest(r *http.Request, paths Paths) (*http.Request, error) {
 	// Path would escape !'()* and so forward another spelling.
 	u.Path, u.RawPath = unescapePath(path), path
 	r2.URL = &u
+	if r.RequestURI != "" {
+		r2.RequestURI = u.RequestURI()
+	}
 	r2.Host = host
 	return r2, nil
 }

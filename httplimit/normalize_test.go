@@ -94,6 +94,9 @@ func TestNormalizedRequestPassedOn(t *testing.T) {
 	var got string
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.Method + " " + r.Host + " " + r.URL.EscapedPath() + " " + r.URL.Path
+		if p, _, _ := strings.Cut(r.RequestURI, "?"); p != r.URL.EscapedPath() {
+			t.Errorf("RequestURI %q, path %q", r.RequestURI, r.URL.EscapedPath())
+		}
 	})
 	lim, err := New(Options{Store: newTestStore(t), Paths: Paths{CaseInsensitive: true}, Policies: []Policy{
 		{Name: "product", Pattern: "GET /products/{id}", Cost: 1, Anonymous: rule(1, 100)},
@@ -220,4 +223,40 @@ func FuzzNormalize(f *testing.F) {
 			t.Fatalf("%q passed on as %q (raw %q), want %q", target, got, rawPath(passed), want)
 		}
 	})
+}
+
+func TestMatchPattern(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		insensitive bool
+		want        string
+	}{
+		{"GET /Products/{ID}", false, "GET /Products/{ID}"},
+		{"GET /Products/{ID}", true, "GET /products/{id}"},
+		{"GET API.Example.com./x", false, "GET api.example.com/x"},
+		{"API.example.com/X/", true, "api.example.com/x/"},
+		{"POST\t/A", true, "POST\t/a"},
+		{"/", true, "/"},
+	} {
+		if got := matchPattern(tc.in, tc.insensitive); got != tc.want {
+			t.Errorf("matchPattern(%q, %v) = %q, want %q", tc.in, tc.insensitive, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"/", "/products/1/", true},
+		{"/", "/", false},
+		{"GET /products/", "/products/1/", true},
+		{"GET /products/", "/products/", false},
+		{"GET /products/{id}/", "/products/1/", false},
+		{"/{rest...}", "/a/", true},
+		{"host.example/a/{rest...}", "/a/", false},
+		{"GET /products/{id}", "/products/1", false},
+	} {
+		if got := descendant(tc.pattern, tc.path); got != tc.want {
+			t.Errorf("descendant(%q, %q) = %v, want %v", tc.pattern, tc.path, got, tc.want)
+		}
+	}
 }

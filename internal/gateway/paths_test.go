@@ -284,3 +284,117 @@ func TestSpellings(t *testing.T) {
 		})
 	}
 }
+
+// FuzzGatewaySpelling sends a fuzzed method, request target and Host through
+// a real gateway to a recording upstream. The gateway never answers 5xx
+// (but 501 for a method it refuses);
+// what it forwards is a fixed point (sent again, it reaches the upstream
+// unchanged) and is limited by the same policy as the spelling it came
+// from: what was matched is what was served.
+func FuzzGatewaySpelling(f *testing.F) {
+	for _, s := range []string{
+		"/products/1", "/PRODUCTS/1/", "//products//1", "/./products/./1", "/x/../products/1",
+		"/products%2F3", "/products%5c3", `/products\3`, "/login;jsessionid=1", "/%70roducts/%31",
+		"/products/%c3%a9", "/orders/1?x=1", "/a/%2e%2e/%2e%2e/login", "/%", "*", "/products/1#x",
+	} {
+		f.Add("GET", s, "api.example.com")
+		f.Add("post", s, "API.EXAMPLE.COM.:80")
+	}
+	up := &looseUpstream{caseless: true, decodeSlashes: true}
+	upstream := httptest.NewServer(up)
+	f.Cleanup(upstream.Close)
+	// Limits no fuzzer reaches: every response carries its policy's name.
+	policies := strings.NewReplacer("1/h, burst: 1}", "1000000/s, burst: 1000000}", "1000/s, burst: 1000}", "1000000/s, burst: 1000000}").Replace(spellingPolicies)
+	_, gw, _ := newGatewayB(f, fmt.Sprintf("upstream: %s\npaths: {case: insensitive, escaped_slashes: decode}\n%s", upstream.URL, policies))
+	f.Fuzz(func(t *testing.T, method, target, host string) {
+		if strings.ContainsAny(method+target+host, " \t\r\n") || method == "" || target == "" || host == "" || method == "CONNECT" {
+			return
+		}
+		addr := strings.TrimPrefix(gw.URL, "http://")
+		resp, ok := tryRawRequest(addr, method, target, host)
+		if !ok {
+			return // the client could not even write it, or the server closed
+		}
+		if resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented {
+			t.Fatalf("%s %s (Host %q): status %d", method, target, host, resp.StatusCode)
+		}
+		seen := resp.Header.Get("X-Seen")
+		if seen == "" {
+			return // refused before the upstream
+		}
+		policy := policyOf(resp)
+		again, ok := tryRawRequest(addr, method, seen, host)
+		if !ok {
+			t.Fatalf("%s %s forwarded as %q, which cannot be sent again", method, target, seen)
+		}
+		if s := again.Header.Get("X-Seen"); s != seen {
+			t.Fatalf("%s %s forwarded as %q, then as %q: not a fixed point", method, target, seen, s)
+		}
+		if p := policyOf(again); p != policy {
+			t.Fatalf("%s %s forwarded as %q limited by %q, but %q itself by %q", method, target, seen, policy, seen, p)
+		}
+	})
+}
+
+// tryRawRequest is rawRequest for the fuzzer: it reports failure instead
+// of failing the test.
+func tryRawRequest(addr, method, target, host string) (*http.Response, bool) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", method, target, host)
+	if _, err := io.WriteString(c, req); err != nil {
+		return nil, false
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, true
+}
+
+// TestSpellingsConcurrently is an attacker spreading one route over many
+// spellings and connections at once: all the requests that reach the
+// upstream's products route together stay within the products policy
+// (burst 5, 1/h: at most 5 plus what refilled while the test ran).
+func TestSpellingsConcurrently(t *testing.T) {
+	up := &looseUpstream{caseless: true, decodeSlashes: true}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	policies := strings.Replace(spellingPolicies, "GET /products/{id}\", anonymous: [{rate: 1/h, burst: 1}]", "GET /products/{id}\", anonymous: [{rate: 1/h, burst: 5}]", 1)
+	_, gw, _ := newGateway(t, fmt.Sprintf("upstream: %s\npaths: {case: insensitive, escaped_slashes: decode}\n%s", upstream.URL, policies))
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	spellings := []string{
+		"/products/%d", "/PRODUCTS/%d", "/products/%d/", "//products//%d", "/./products/%d", "/x/../products/%d",
+		"/%%70roducts/%d", "/products%%2F%d", `/products\%d`, "/Products/%d/.", "/%%2e/products/%d",
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	served := 0
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				target := fmt.Sprintf(spellings[(w+i)%len(spellings)], w*100+i)
+				resp, ok := tryRawRequest(addr, "GET", target, "localhost")
+				if ok && resp.Header.Get("X-Route") == "products" {
+					mu.Lock()
+					served++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	refilled := int(time.Since(start)/time.Hour) + 1
+	if served < 1 || served > 5+refilled {
+		t.Fatalf("%d of 320 requests in 11 spellings reached the products route; want 1 to %d (burst 5 at 1/h)", served, 5+refilled)
+	}
+}
