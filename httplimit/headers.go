@@ -151,7 +151,7 @@ func (l *Limiter) sendsHeaders() bool { return l.headers != HeadersNone || l.xHe
 // already (an upstream's own). It allocates one string for all the values
 // that change per response and keeps the slices in vals, which must
 // outlive h's use.
-func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, reset int64, now time.Time, vals *[numVals]string) {
+func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, reset int64, vals *[numVals]string) {
 	if !l.sendsHeaders() {
 		return
 	}
@@ -174,7 +174,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	}
 	rlEnd := len(b)
 	if l.xHeaders {
-		b = strconv.AppendInt(b, now.Unix()+reset, 10)
+		b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
 	}
 	s := string(b)
 	vals[vLimit], vals[vRemaining], vals[vReset] = rs.limit[rule], s[:remEnd], s[remEnd:resetEnd]
@@ -213,6 +213,17 @@ func (l *Limiter) retrySeconds(res sluice.Result, elapsed time.Duration) int64 {
 	}
 	return max(1, ceilSeconds(d))
 }
+
+// moment is a reading of the monotonic clock, for the time between a
+// decision and its response: it costs one clock read where time.Now costs
+// two (wall and monotonic), and the allowed path takes two of them.
+type moment time.Duration
+
+var clockBase = time.Now()
+
+func monoNow() moment { return moment(time.Since(clockBase)) }
+
+func sinceMoment(m moment) time.Duration { return time.Duration(monoNow() - m) }
 
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
@@ -262,11 +273,10 @@ type problemBody struct {
 // deny answers 429 for a request of p that res denied at decided: the
 // rate limit headers, Retry-After, and a body in the form the client
 // prefers. Retry-After, RateLimit-Reset and t are one number.
-func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ruleSet, res sluice.Result, decided time.Time) {
-	now := time.Now()
-	secs := l.retrySeconds(res, now.Sub(decided))
+func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ruleSet, res sluice.Result, decided moment) {
+	secs := l.retrySeconds(res, sinceMoment(decided))
 	h := w.Header()
-	l.putHeaders(h, rs, res.Rule, res.Remaining, secs, now, new([numVals]string))
+	l.putHeaders(h, rs, res.Rule, res.Remaining, secs, new([numVals]string))
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")

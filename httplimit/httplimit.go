@@ -415,7 +415,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	ctx := r.Context()
 	res, err := l.check(ctx, p, req)
-	decided := time.Now()
+	decided := monoNow()
 	if err != nil {
 		if !l.storeFailed(w, p, err) {
 			return
