@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -628,5 +632,153 @@ func TestHeadersWithoutWrite(t *testing.T) {
 				t.Fatalf("RateLimit %q", r.header.Get("RateLimit"))
 			}
 		})
+	}
+}
+
+// TestWriterKeepsInterfaces: behind the middleware a handler can still
+// hijack the connection (a WebSocket upgrade), send 1xx responses before
+// the final one, and flush; the rate limit headers go on the final
+// response only.
+func TestWriterKeepsInterfaces(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upgrade":
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				http.Error(w, "no hijacker", 500)
+				return
+			}
+			conn, buf, err := hj.Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\nhello")
+			buf.Flush()
+		case "/early":
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			if _, ok := w.(http.Flusher); !ok {
+				t.Error("no Flusher")
+			}
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	e := newEnv(t, Options{Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: rule(1, 5)}}}, next)
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 101 ") || !strings.HasSuffix(string(got), "hello") {
+		t.Fatalf("upgrade answered %q", got)
+	}
+	var early []int
+	req, _ := http.NewRequest("GET", e.srv.URL+"/early", nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, code)
+			if h.Get("RateLimit") != "" {
+				t.Errorf("1xx response with RateLimit %q", h.Get("RateLimit"))
+			}
+			return nil
+		},
+	}))
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || len(early) != 1 || early[0] != 103 {
+		t.Fatalf("status %d, 1xx %v", resp.StatusCode, early)
+	}
+	if _, lim := checkSF(t, resp.Header); len(lim) != 1 || lim[0].r != 3 {
+		t.Fatalf("final response RateLimit %q, want r=3", resp.Header.Get("RateLimit"))
+	}
+}
+
+// FuzzQuotaItem: any rule and cost a policy accepts gives a RateLimit-Policy
+// that parses, with q/w within 1% of the rate in requests whenever that is
+// representable in structured-field Integers.
+func FuzzQuotaItem(f *testing.F) {
+	f.Add(100.0, int64(1), int64(1))
+	f.Add(0.5, int64(10000), int64(7))
+	f.Add(1e-7, int64(3), int64(1))
+	f.Fuzz(func(t *testing.T, rate float64, burst, cost int64) {
+		if !(rate > 0) || math.IsInf(rate, 0) || burst < 1 || cost < 1 || cost > burst {
+			return
+		}
+		qh := renderQuota("fuzz", []sluice.Rule{{Rate: rate, Burst: burst}, {Rate: rate * 2, Burst: burst}}, cost, "")
+		h := http.Header{"Ratelimit-Policy": {qh.policy}}
+		pol := policyItems(t, h)
+		if len(pol) != 2 || pol[0].name != "fuzz" || pol[1].name != "fuzz-1" {
+			t.Fatalf("items %+v", pol)
+		}
+		perReq := rate / float64(cost)
+		if perReq*50 < maxSFInteger && perReq > 50.0/maxSFInteger {
+			checkQuota(t, pol[0], perReq, burst/cost)
+		}
+	})
+}
+
+// TestHeadersUnderConcurrency: many connections at once, some paced, some
+// denied: every response's fields parse, RateLimit-Policy never changes,
+// and every 429 agrees with itself.
+func TestHeadersUnderConcurrency(t *testing.T) {
+	multi := []sluice.Rule{{Rate: 50, Burst: 10}, {Rate: 5, Burst: 40}}
+	e := newEnv(t, Options{RetryAfterJitter: time.Second, XRateLimit: true, Policies: []Policy{
+		{Name: "multi", Pattern: "/m", Cost: 1, Anonymous: multi},
+		{Name: "paced", Pattern: "/p", Cost: 2, Anonymous: rule(100, 10), MaxDelay: 50 * time.Millisecond},
+	}}, nil)
+	type got struct {
+		r    response
+		path string
+	}
+	out := make(chan got, 400)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				path := "/m"
+				if (i+j)%3 == 0 {
+					path = "/p"
+				}
+				out <- got{e.do("GET", path, "Accept", "application/problem+json"), path}
+				if j%5 == 0 {
+					e.clock.Advance(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(out)
+	policies := map[string]string{}
+	var denied int
+	for g := range out {
+		if p, ok := policies[g.path]; ok && p != g.r.header.Get("RateLimit-Policy") {
+			t.Fatalf("%s: RateLimit-Policy %q then %q", g.path, p, g.r.header.Get("RateLimit-Policy"))
+		}
+		policies[g.path] = g.r.header.Get("RateLimit-Policy")
+		switch g.r.status {
+		case http.StatusOK:
+			checkSF(t, g.r.header)
+		case http.StatusTooManyRequests:
+			denied++
+			check429(t, g.r)
+		default:
+			t.Fatalf("status %d", g.r.status)
+		}
+	}
+	if denied == 0 {
+		t.Fatal("no 429 under load")
+	}
+	if policies["/m"] != `"multi";q=50;w=1;sluice-burst=10, "multi-1";q=40;w=8` || policies["/p"] != `"paced";q=50;w=1;sluice-burst=5` {
+		t.Fatalf("policies %q", policies)
 	}
 }
