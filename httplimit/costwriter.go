@@ -70,6 +70,13 @@ func (c *limitWriter) start() {
 		// t counts from now: the reset less the time since the decision.
 		t := ceilSeconds(c.reset - sinceMoment(c.decided))
 		c.l.putHeaders(h, c.rs, c.rule, c.left, t, &c.vals)
+		if tr, ok := h["Trailer"]; ok {
+			if tr = c.l.undeclareOwned(tr); tr == nil {
+				delete(h, "Trailer")
+			} else {
+				h["Trailer"] = tr
+			}
+		}
 	}
 }
 

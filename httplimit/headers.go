@@ -194,6 +194,36 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	}
 }
 
+// undeclareOwned returns the Trailer declaration tr without the names
+// sluice sets in the header, so that an upstream cannot send them again as
+// trailers (which draft 10 forbids, and which would contradict sluice's).
+func (l *Limiter) undeclareOwned(tr []string) []string {
+	var out []string
+	for _, line := range tr {
+		for name := range strings.SplitSeq(line, ",") {
+			name = strings.TrimSpace(name)
+			if name != "" && !l.owns(http.CanonicalHeaderKey(name)) {
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return []string{strings.Join(out, ", ")}
+}
+
+// owns reports whether k (canonical) is a name sluice sets and replaces.
+func (l *Limiter) owns(k string) bool {
+	switch k {
+	case hLimit, hRemaining, hReset, hPolicy, hRateLimit:
+		return l.headers != HeadersNone
+	case hXLimit, hXRemaining, hXReset:
+		return l.xHeaders
+	}
+	return false
+}
+
 func setOrDel(h http.Header, k string, v []string, set bool) {
 	if set {
 		h[k] = v

@@ -782,3 +782,31 @@ func TestHeadersUnderConcurrency(t *testing.T) {
 		t.Fatalf("policies %q", policies)
 	}
 }
+
+// TestUpstreamTrailersDropped: an upstream that sends RateLimit fields as
+// trailers (which draft 10 forbids) cannot contradict sluice's header;
+// its other trailers pass.
+func TestUpstreamTrailersDropped(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "RateLimit, X-Checksum, RateLimit-Remaining")
+		io.WriteString(w, "body")
+		w.Header().Set("RateLimit", `"up";r=999;t=1`)
+		w.Header().Set("RateLimit-Remaining", "999")
+		w.Header().Set("X-Checksum", "abc")
+	}))
+	t.Cleanup(upstream.Close)
+	u, _ := url.Parse(upstream.URL)
+	e := newEnv(t, Options{Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: rule(1, 10)}}}, httputil.NewSingleHostReverseProxy(u))
+	resp, err := e.srv.Client().Get(e.srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, lim := checkSF(t, resp.Header); len(lim) != 1 || lim[0].name != "api" {
+		t.Fatalf("RateLimit %q", resp.Header.Get("RateLimit"))
+	}
+	if resp.Trailer.Get("RateLimit") != "" || resp.Trailer.Get("RateLimit-Remaining") != "" || resp.Trailer.Get("X-Checksum") != "abc" {
+		t.Fatalf("trailers %v: want X-Checksum only", resp.Trailer)
+	}
+}
