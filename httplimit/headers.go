@@ -106,29 +106,41 @@ const maxSFInteger = 999_999_999_999_999
 
 // quotaWindow states a token bucket of rate (units a second) and burst as
 // a draft 10 quota policy: q units per w seconds, both whole numbers, with
-// q/w within 1% of rate, the sustained rate a client can keep up. It tries
-// w = the time burst takes to refill first, so that q is the burst when the
-// numbers allow it, then longer windows until one is exact enough (one
-// always is by w = 50/rate, where rounding q costs at most 1%). Rates
-// beyond what a structured field can hold are clamped.
+// q/w at most rate and within 1% of it, the sustained rate a client can
+// keep up (never above, so that a client pacing itself at q/w is never
+// denied). It tries w = the time burst takes to refill first, so that q is
+// the burst when the numbers allow it, then longer windows until one is
+// exact enough (one always is by w = 100/rate, where rounding q down costs
+// at most 1%). Rates beyond what a structured field can hold are clamped.
 func quotaWindow(rate float64, burst int64) (q, w int64) {
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		return 0, 1
 	}
 	w0 := max(1, math.Round(float64(burst)/rate))
-	last := max(w0, math.Ceil(50/rate))
+	last := max(w0, math.Ceil(100/rate))
 	for wf := w0; wf <= last && wf <= maxSFInteger; wf++ {
-		qf := math.Round(rate * wf)
-		if qf >= 1 && qf <= maxSFInteger && math.Abs(qf/wf-rate) <= 0.01*rate {
+		qf := quotaIn(rate, wf)
+		if qf >= 1 && qf <= maxSFInteger && qf/wf >= 0.99*rate {
 			return int64(qf), int64(wf)
 		}
 		if wf-w0 > 100_000 {
 			break // a burst far from its rate: jump to the window that works
 		}
 	}
-	wf := min(math.Ceil(50/rate), maxSFInteger)
-	qf := min(max(1, math.Round(rate*wf)), maxSFInteger)
+	wf := min(math.Ceil(100/rate), maxSFInteger)
+	qf := min(max(1, quotaIn(rate, wf)), maxSFInteger)
 	return int64(qf), int64(wf)
+}
+
+// quotaIn is the whole number of units rate grants in w seconds, rounded
+// down; a product that floating point puts a hair below a whole number
+// (3/s × 10 s = 29.999999999999996) counts as that number.
+func quotaIn(rate, w float64) float64 {
+	x := rate * w
+	if r := math.Round(x); math.Abs(x-r) <= 1e-9*x {
+		return r
+	}
+	return math.Floor(x)
 }
 
 // The values of one response's headers, as substrings of one string.

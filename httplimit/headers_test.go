@@ -206,8 +206,8 @@ func checkPolicyItem(t *testing.T, h http.Header, name string, burst int64, rate
 
 func checkQuota(t *testing.T, qi quotaItem, rate float64, burst int64) {
 	t.Helper()
-	if got := float64(qi.q) / float64(qi.w); math.Abs(got-rate) > 0.01*rate {
-		t.Errorf("item %q: q=%d;w=%d is %v a second, want %v within 1%%", qi.name, qi.q, qi.w, got, rate)
+	if got := float64(qi.q) / float64(qi.w); math.Abs(got-rate) > 0.01*rate || got > rate*(1+1e-9) {
+		t.Errorf("item %q: q=%d;w=%d is %v a second, want %v within 1%% and not above", qi.name, qi.q, qi.w, got, rate)
 	}
 	if qi.burst != burst {
 		t.Errorf("item %q: burst %d, want %d", qi.name, qi.burst, burst)
@@ -719,7 +719,7 @@ func FuzzQuotaItem(f *testing.F) {
 			t.Fatalf("items %+v", pol)
 		}
 		perReq := rate / float64(cost)
-		if perReq*50 < maxSFInteger && perReq > 50.0/maxSFInteger {
+		if perReq*100 < maxSFInteger && perReq > 100.0/maxSFInteger {
 			checkQuota(t, pol[0], perReq, burst/cost)
 		}
 	})
