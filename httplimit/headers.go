@@ -120,7 +120,7 @@ func quotaWindow(rate float64, burst int64) (q, w int64) {
 	last := max(w0, math.Ceil(100/rate))
 	for wf := w0; wf <= last && wf <= maxSFInteger; wf++ {
 		qf := quotaIn(rate, wf)
-		if qf >= 1 && qf <= maxSFInteger && qf/wf >= 0.99*rate {
+		if qf >= 1 && qf <= maxSFInteger && rate-qf/wf < 0.01*rate*(1-1e-9) {
 			return int64(qf), int64(wf)
 		}
 		if wf-w0 > 100_000 {
