@@ -82,7 +82,7 @@ func renderQuota(name string, rules []sluice.Rule, cost int64, costHeader string
 		}
 		qh.name = append(qh.name, item)
 		qh.item = append(qh.item, quote(item))
-		burst := r.Burst / qh.per
+		burst := min(r.Burst/qh.per, maxSFInteger)
 		qh.limit = append(qh.limit, strconv.FormatInt(burst, 10))
 		q, w := quotaWindow(r.Rate/float64(qh.per), burst)
 		if i > 0 {
@@ -170,7 +170,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	if rule < 0 || rule >= len(rs.item) {
 		rule = 0 // a Fallback's result that names no rule of ours
 	}
-	rem := max(0, remaining) / rs.per
+	rem := min(max(0, remaining)/rs.per, maxSFInteger)
 	var scratch [128]byte
 	b := strconv.AppendInt(scratch[:0], rem, 10)
 	remEnd := len(b)

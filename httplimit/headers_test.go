@@ -269,6 +269,16 @@ func TestQuotaWindowExtremes(t *testing.T) {
 			t.Errorf("quotaWindow(%v, %d) = %d, %d: want Integers from 1 to %d", tc.rate, tc.burst, q, w, int64(maxSFInteger))
 		}
 	}
+	// A burst beyond a structured-field Integer is stated as the largest.
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	l, err := New(Options{Store: store, Policies: []Policy{{Name: "huge", Pattern: "/", Cost: 1, Anonymous: rule(1e12, 1<<62)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	l.Handler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	checkSF(t, rec.Header())
 	// Where they can, the preferred window is the refill time.
 	for _, tc := range []struct {
 		rate        float64
