@@ -250,7 +250,7 @@ func setOrDel(h http.Header, k string, v []string, set bool) {
 // RateLimit-Reset, so that a client reading any of them waits as long.
 func (l *Limiter) retrySeconds(res sluice.Result, elapsed time.Duration) int64 {
 	d := res.RetryAfter - elapsed
-	if l.jitter > 0 {
+	if l.jitter > 0 && d < math.MaxInt64-l.jitter { // a saturated wait stays saturated
 		d += time.Duration(rand.Int64N(int64(l.jitter) + 1))
 	}
 	return max(1, ceilSeconds(d))
@@ -272,7 +272,11 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++ // without d + time.Second - 1, which wraps near the largest Duration
+	}
+	return s
 }
 
 // quote renders name as a structured-field string ("payments").

@@ -550,6 +550,10 @@ func TestRetryAfterJitter(t *testing.T) {
 	if len(seen) < 3 {
 		t.Fatalf("60 denials gave Retry-After values %v: want them spread", seen)
 	}
+	// A wait that saturated the Duration does not wrap around with jitter.
+	if got := e.lim.retrySeconds(sluice.Result{RetryAfter: math.MaxInt64}, 0); got < int64(math.MaxInt64/time.Second) {
+		t.Fatalf("saturated wait with jitter: Retry-After %d", got)
+	}
 	if _, err := New(Options{Store: e.store, RetryAfterJitter: -time.Second}); err == nil {
 		t.Error("a negative jitter was accepted")
 	}
