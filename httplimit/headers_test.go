@@ -295,7 +295,8 @@ func TestQuotaWindowExtremes(t *testing.T) {
 // allowed or denied, and RateLimit reports one of its items.
 func TestPolicyStable(t *testing.T) {
 	multi := []sluice.Rule{{Rate: 10, Burst: 2}, {Rate: 0.5, Burst: 15}}
-	e := newEnv(t, Options{Policies: []Policy{{Name: "multi", Pattern: "/", Cost: 1, Anonymous: multi, Authenticated: rule(5, 5)}},
+	vip := []sluice.Rule{{Rate: 100, Burst: 3}, {Rate: 1000.0 / 3600, Burst: 1000}}
+	e := newEnv(t, Options{Policies: []Policy{{Name: "multi", Pattern: "/", Cost: 1, Anonymous: multi, Authenticated: rule(5, 5), Overrides: []Override{{Identity: "vip", Rules: vip}}}},
 		Authenticators: []Authenticator{func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" }}}, nil)
 	want := `"multi";q=10;w=1;sluice-burst=2, "multi-1";q=15;w=30`
 	reported := map[string]int{}
@@ -315,10 +316,14 @@ func TestPolicyStable(t *testing.T) {
 	if statuses[200] == 0 || statuses[429] == 0 || reported["multi"] == 0 || reported["multi-1"] == 0 {
 		t.Fatalf("statuses %v, items reported %v: want both statuses and both items", statuses, reported)
 	}
-	// Another caller class has its own, equally stable, items.
-	for range 3 {
+	// Another caller class has its own, equally stable, items; so has an
+	// identity with an override.
+	for i := range 8 {
 		if got := e.do("GET", "/", "X-User", "u1").header.Get("RateLimit-Policy"); got != `"multi";q=5;w=1` {
-			t.Fatalf("authenticated RateLimit-Policy %q", got)
+			t.Fatalf("authenticated response %d: RateLimit-Policy %q", i, got)
+		}
+		if got := e.do("GET", "/", "X-User", "vip").header.Get("RateLimit-Policy"); got != `"multi";q=100;w=1;sluice-burst=3, "multi-1";q=1000;w=3600` {
+			t.Fatalf("override response %d: RateLimit-Policy %q", i, got)
 		}
 	}
 }
