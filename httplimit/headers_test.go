@@ -846,3 +846,40 @@ func TestUpstreamTrailersDropped(t *testing.T) {
 		t.Fatalf("trailers %v: want X-Checksum only", resp.Trailer)
 	}
 }
+
+// TestPacingAtQuotaNeverDenied: a client that reads RateLimit-Policy and
+// paces itself at q per w seconds is never denied, whatever the burst,
+// because q/w never exceeds the rate (in requests).
+func TestPacingAtQuotaNeverDenied(t *testing.T) {
+	for _, rate := range []float64{0.5, 0.7, 1.3, 3, 9.99, 33.3, 100, 999} {
+		for _, burst := range []int64{1, 3, 10} {
+			for _, cost := range []int64{1, 3} {
+				if cost > burst {
+					continue
+				}
+				clk := newClock()
+				store := memstore.New(memstore.Options{Now: clk.Now, SweepInterval: -1})
+				l, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Pattern: "/", Cost: cost, Anonymous: rule(rate, burst)}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				var interval time.Duration
+				for i := range 300 {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+					if rec.Code != http.StatusOK {
+						t.Fatalf("%v/s burst %d cost %d: request %d paced at %v denied (RateLimit-Policy %q)", rate, burst, cost, i, interval, rec.Header().Get("RateLimit-Policy"))
+					}
+					if i == 0 {
+						pol, _ := checkSF(t, rec.Header())
+						// w/q seconds, rounded up to the microsecond: never faster.
+						interval = time.Duration(math.Ceil(float64(pol[0].w) / float64(pol[0].q) * 1e6)) * time.Microsecond
+					}
+					clk.Advance(interval)
+				}
+				store.Close()
+			}
+		}
+	}
+}
