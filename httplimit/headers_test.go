@@ -874,7 +874,7 @@ func TestPacingAtQuotaNeverDenied(t *testing.T) {
 					if i == 0 {
 						pol, _ := checkSF(t, rec.Header())
 						// w/q seconds, rounded up to the microsecond: never faster.
-						interval = time.Duration(math.Ceil(float64(pol[0].w) / float64(pol[0].q) * 1e6)) * time.Microsecond
+						interval = time.Duration(math.Ceil(float64(pol[0].w)/float64(pol[0].q)*1e6)) * time.Microsecond
 					}
 					clk.Advance(interval)
 				}
