@@ -15,7 +15,7 @@ import (
 // serveAllowed calls next for a request of p that res allowed at decided.
 // When the response carries rate limit headers or p has a CostHeader, next
 // writes through a limitWriter; otherwise straight to w.
-func (l *Limiter) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, rs *ruleSet, key string, res sluice.Result, decided time.Time) {
+func (l *Limiter) serveAllowed(w http.ResponseWriter, r *http.Request, next http.Handler, p *policy, rs *ruleSet, key string, res sluice.Result, decided moment) {
 	headers := !p.Shadow && l.sendsHeaders()
 	if !headers && p.CostHeader == "" {
 		next.ServeHTTP(w, r)
@@ -42,9 +42,9 @@ type limitWriter struct {
 	rs       *ruleSet
 	key      string
 	r        *http.Request
-	decided  time.Time // when the result was decided: t counts from here
-	rule     int       // of the result: see sluice.Result
-	left     int64     // sluice.Result.Remaining
+	decided  moment // when the result was decided: t counts from here
+	rule     int    // of the result: see sluice.Result
+	left     int64  // sluice.Result.Remaining
 	reset    time.Duration
 	headers  bool // set the rate limit headers
 	wrote    bool // the response header is out (or hijacked)
@@ -67,10 +67,16 @@ func (c *limitWriter) start() {
 		}
 	}
 	if c.headers {
-		now := time.Now()
 		// t counts from now: the reset less the time since the decision.
-		t := ceilSeconds(c.reset - now.Sub(c.decided))
-		c.l.putHeaders(h, c.rs, c.rule, c.left, t, now, &c.vals)
+		t := ceilSeconds(c.reset - sinceMoment(c.decided))
+		c.l.putHeaders(h, c.rs, c.rule, c.left, t, &c.vals)
+		if tr, ok := h["Trailer"]; ok {
+			if tr = c.l.undeclareOwned(tr); tr == nil {
+				delete(h, "Trailer")
+			} else {
+				h["Trailer"] = tr
+			}
+		}
 	}
 }
 
@@ -165,7 +171,7 @@ func (c *limitWriter) charge(v string) {
 	res, err := c.l.adjust(context.WithoutCancel(c.r.Context()), c.p, c.key, delta, c.rs.rules)
 	if err == nil {
 		c.keep(res)
-		c.decided = time.Now()
+		c.decided = monoNow()
 	}
 }
 

@@ -82,7 +82,7 @@ func renderQuota(name string, rules []sluice.Rule, cost int64, costHeader string
 		}
 		qh.name = append(qh.name, item)
 		qh.item = append(qh.item, quote(item))
-		burst := r.Burst / qh.per
+		burst := min(r.Burst/qh.per, maxSFInteger)
 		qh.limit = append(qh.limit, strconv.FormatInt(burst, 10))
 		q, w := quotaWindow(r.Rate/float64(qh.per), burst)
 		if i > 0 {
@@ -106,29 +106,41 @@ const maxSFInteger = 999_999_999_999_999
 
 // quotaWindow states a token bucket of rate (units a second) and burst as
 // a draft 10 quota policy: q units per w seconds, both whole numbers, with
-// q/w within 1% of rate, the sustained rate a client can keep up. It tries
-// w = the time burst takes to refill first, so that q is the burst when the
-// numbers allow it, then longer windows until one is exact enough (one
-// always is by w = 50/rate, where rounding q costs at most 1%). Rates
-// beyond what a structured field can hold are clamped.
+// q/w at most rate and within 1% of it, the sustained rate a client can
+// keep up (never above, so that a client pacing itself at q/w is never
+// denied). It tries w = the time burst takes to refill first, so that q is
+// the burst when the numbers allow it, then longer windows until one is
+// exact enough (one always is by w = 100/rate, where rounding q down costs
+// at most 1%). Rates beyond what a structured field can hold are clamped.
 func quotaWindow(rate float64, burst int64) (q, w int64) {
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		return 0, 1
 	}
 	w0 := max(1, math.Round(float64(burst)/rate))
-	last := max(w0, math.Ceil(50/rate))
+	last := max(w0, math.Ceil(100/rate))
 	for wf := w0; wf <= last && wf <= maxSFInteger; wf++ {
-		qf := math.Round(rate * wf)
-		if qf >= 1 && qf <= maxSFInteger && math.Abs(qf/wf-rate) <= 0.01*rate {
+		qf := quotaIn(rate, wf)
+		if qf >= 1 && qf <= maxSFInteger && rate-qf/wf < 0.01*rate*(1-1e-9) {
 			return int64(qf), int64(wf)
 		}
 		if wf-w0 > 100_000 {
 			break // a burst far from its rate: jump to the window that works
 		}
 	}
-	wf := min(math.Ceil(50/rate), maxSFInteger)
-	qf := min(max(1, math.Round(rate*wf)), maxSFInteger)
+	wf := min(math.Ceil(100/rate), maxSFInteger)
+	qf := min(max(1, quotaIn(rate, wf)), maxSFInteger)
 	return int64(qf), int64(wf)
+}
+
+// quotaIn is the whole number of units rate grants in w seconds, rounded
+// down; a product that floating point puts a hair below a whole number
+// (3/s × 10 s = 29.999999999999996) counts as that number.
+func quotaIn(rate, w float64) float64 {
+	x := rate * w
+	if r := math.Round(x); math.Abs(x-r) <= 1e-9*x {
+		return r
+	}
+	return math.Floor(x)
 }
 
 // The values of one response's headers, as substrings of one string.
@@ -151,14 +163,14 @@ func (l *Limiter) sendsHeaders() bool { return l.headers != HeadersNone || l.xHe
 // already (an upstream's own). It allocates one string for all the values
 // that change per response and keeps the slices in vals, which must
 // outlive h's use.
-func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, reset int64, now time.Time, vals *[numVals]string) {
+func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, reset int64, vals *[numVals]string) {
 	if !l.sendsHeaders() {
 		return
 	}
 	if rule < 0 || rule >= len(rs.item) {
 		rule = 0 // a Fallback's result that names no rule of ours
 	}
-	rem := max(0, remaining) / rs.per
+	rem := min(max(0, remaining)/rs.per, maxSFInteger)
 	var scratch [128]byte
 	b := strconv.AppendInt(scratch[:0], rem, 10)
 	remEnd := len(b)
@@ -174,7 +186,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	}
 	rlEnd := len(b)
 	if l.xHeaders {
-		b = strconv.AppendInt(b, now.Unix()+reset, 10)
+		b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
 	}
 	s := string(b)
 	vals[vLimit], vals[vRemaining], vals[vReset] = rs.limit[rule], s[:remEnd], s[remEnd:resetEnd]
@@ -194,6 +206,36 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	}
 }
 
+// undeclareOwned returns the Trailer declaration tr without the names
+// sluice sets in the header, so that an upstream cannot send them again as
+// trailers (which draft 10 forbids, and which would contradict sluice's).
+func (l *Limiter) undeclareOwned(tr []string) []string {
+	var out []string
+	for _, line := range tr {
+		for name := range strings.SplitSeq(line, ",") {
+			name = strings.TrimSpace(name)
+			if name != "" && !l.owns(http.CanonicalHeaderKey(name)) {
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return []string{strings.Join(out, ", ")}
+}
+
+// owns reports whether k (canonical) is a name sluice sets and replaces.
+func (l *Limiter) owns(k string) bool {
+	switch k {
+	case hLimit, hRemaining, hReset, hPolicy, hRateLimit:
+		return l.headers != HeadersNone
+	case hXLimit, hXRemaining, hXReset:
+		return l.xHeaders
+	}
+	return false
+}
+
 func setOrDel(h http.Header, k string, v []string, set bool) {
 	if set {
 		h[k] = v
@@ -208,18 +250,33 @@ func setOrDel(h http.Header, k string, v []string, set bool) {
 // RateLimit-Reset, so that a client reading any of them waits as long.
 func (l *Limiter) retrySeconds(res sluice.Result, elapsed time.Duration) int64 {
 	d := res.RetryAfter - elapsed
-	if l.jitter > 0 {
+	if l.jitter > 0 && d < math.MaxInt64-l.jitter { // a saturated wait stays saturated
 		d += time.Duration(rand.Int64N(int64(l.jitter) + 1))
 	}
 	return max(1, ceilSeconds(d))
 }
+
+// moment is a reading of the monotonic clock, for the time between a
+// decision and its response: it costs one clock read where time.Now costs
+// two (wall and monotonic), and the allowed path takes two of them.
+type moment time.Duration
+
+var clockBase = time.Now()
+
+func monoNow() moment { return moment(time.Since(clockBase)) }
+
+func sinceMoment(m moment) time.Duration { return time.Duration(monoNow() - m) }
 
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++ // without d + time.Second - 1, which wraps near the largest Duration
+	}
+	return s
 }
 
 // quote renders name as a structured-field string ("payments").
@@ -262,11 +319,10 @@ type problemBody struct {
 // deny answers 429 for a request of p that res denied at decided: the
 // rate limit headers, Retry-After, and a body in the form the client
 // prefers. Retry-After, RateLimit-Reset and t are one number.
-func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ruleSet, res sluice.Result, decided time.Time) {
-	now := time.Now()
-	secs := l.retrySeconds(res, now.Sub(decided))
+func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ruleSet, res sluice.Result, decided moment) {
+	secs := l.retrySeconds(res, sinceMoment(decided))
 	h := w.Header()
-	l.putHeaders(h, rs, res.Rule, res.Remaining, secs, now, new([numVals]string))
+	l.putHeaders(h, rs, res.Rule, res.Remaining, secs, new([numVals]string))
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")

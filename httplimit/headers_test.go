@@ -2,16 +2,21 @@ package httplimit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,8 +207,8 @@ func checkPolicyItem(t *testing.T, h http.Header, name string, burst int64, rate
 
 func checkQuota(t *testing.T, qi quotaItem, rate float64, burst int64) {
 	t.Helper()
-	if got := float64(qi.q) / float64(qi.w); math.Abs(got-rate) > 0.01*rate {
-		t.Errorf("item %q: q=%d;w=%d is %v a second, want %v within 1%%", qi.name, qi.q, qi.w, got, rate)
+	if got := float64(qi.q) / float64(qi.w); math.Abs(got-rate) > 0.01*rate || got > rate*(1+1e-9) {
+		t.Errorf("item %q: q=%d;w=%d is %v a second, want %v within 1%% and not above", qi.name, qi.q, qi.w, got, rate)
 	}
 	if qi.burst != burst {
 		t.Errorf("item %q: burst %d, want %d", qi.name, qi.burst, burst)
@@ -227,6 +232,12 @@ func TestQuotaWindowTable(t *testing.T) {
 	store := memstore.New(memstore.Options{SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	var checked, skipped int
+	defer func() {
+		if checked < 10*skipped {
+			t.Errorf("%d rules checked, %d refused: the table is mostly rules sluice refuses", checked, skipped)
+		}
+	}()
 	for _, rate := range tableRates {
 		for _, burst := range tableBursts {
 			for _, cost := range tableCosts {
@@ -235,9 +246,14 @@ func TestQuotaWindowTable(t *testing.T) {
 				}
 				name := fmt.Sprintf("r%v-b%d-c%d", rate, burst, cost)
 				l, err := New(Options{Store: store, Policies: []Policy{{Name: name, Pattern: "/", Cost: cost, Anonymous: rule(rate, burst)}}})
+				if errors.Is(err, sluice.ErrInvalid) {
+					skipped++ // a rule sluice refuses (a bucket that takes years to refill, say)
+					continue
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
+				checked++
 				rec := httptest.NewRecorder()
 				l.Handler(ok).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 				pol, _ := checkSF(t, rec.Header())
@@ -265,6 +281,21 @@ func TestQuotaWindowExtremes(t *testing.T) {
 			t.Errorf("quotaWindow(%v, %d) = %d, %d: want Integers from 1 to %d", tc.rate, tc.burst, q, w, int64(maxSFInteger))
 		}
 	}
+	// A burst beyond a structured-field Integer is stated as the largest.
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	for _, r := range []sluice.Rule{{Rate: 1e12, Burst: 1 << 62}, {Rate: 1e9, Burst: 1e16}} {
+		l, err := New(Options{Store: store, Policies: []Policy{{Name: "huge", Pattern: "/", Cost: 1, Anonymous: []sluice.Rule{r}}}})
+		if errors.Is(err, sluice.ErrInvalid) {
+			continue // beyond what sluice accepts at all
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		l.Handler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		checkSF(t, rec.Header())
+	}
 	// Where they can, the preferred window is the refill time.
 	for _, tc := range []struct {
 		rate        float64
@@ -281,7 +312,8 @@ func TestQuotaWindowExtremes(t *testing.T) {
 // allowed or denied, and RateLimit reports one of its items.
 func TestPolicyStable(t *testing.T) {
 	multi := []sluice.Rule{{Rate: 10, Burst: 2}, {Rate: 0.5, Burst: 15}}
-	e := newEnv(t, Options{Policies: []Policy{{Name: "multi", Pattern: "/", Cost: 1, Anonymous: multi, Authenticated: rule(5, 5)}},
+	vip := []sluice.Rule{{Rate: 100, Burst: 3}, {Rate: 1000.0 / 3600, Burst: 1000}}
+	e := newEnv(t, Options{Policies: []Policy{{Name: "multi", Pattern: "/", Cost: 1, Anonymous: multi, Authenticated: rule(5, 5), Overrides: []Override{{Identity: "vip", Rules: vip}}}},
 		Authenticators: []Authenticator{func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" }}}, nil)
 	want := `"multi";q=10;w=1;sluice-burst=2, "multi-1";q=15;w=30`
 	reported := map[string]int{}
@@ -301,10 +333,14 @@ func TestPolicyStable(t *testing.T) {
 	if statuses[200] == 0 || statuses[429] == 0 || reported["multi"] == 0 || reported["multi-1"] == 0 {
 		t.Fatalf("statuses %v, items reported %v: want both statuses and both items", statuses, reported)
 	}
-	// Another caller class has its own, equally stable, items.
-	for range 3 {
+	// Another caller class has its own, equally stable, items; so has an
+	// identity with an override.
+	for i := range 8 {
 		if got := e.do("GET", "/", "X-User", "u1").header.Get("RateLimit-Policy"); got != `"multi";q=5;w=1` {
-			t.Fatalf("authenticated RateLimit-Policy %q", got)
+			t.Fatalf("authenticated response %d: RateLimit-Policy %q", i, got)
+		}
+		if got := e.do("GET", "/", "X-User", "vip").header.Get("RateLimit-Policy"); got != `"multi";q=100;w=1;sluice-burst=3, "multi-1";q=1000;w=3600` {
+			t.Fatalf("override response %d: RateLimit-Policy %q", i, got)
 		}
 	}
 }
@@ -536,6 +572,10 @@ func TestRetryAfterJitter(t *testing.T) {
 	if len(seen) < 3 {
 		t.Fatalf("60 denials gave Retry-After values %v: want them spread", seen)
 	}
+	// A wait that saturated the Duration does not wrap around with jitter.
+	if got := e.lim.retrySeconds(sluice.Result{RetryAfter: math.MaxInt64}, 0); got < int64(math.MaxInt64/time.Second) {
+		t.Fatalf("saturated wait with jitter: Retry-After %d", got)
+	}
 	if _, err := New(Options{Store: e.store, RetryAfterJitter: -time.Second}); err == nil {
 		t.Error("a negative jitter was accepted")
 	}
@@ -628,5 +668,218 @@ func TestHeadersWithoutWrite(t *testing.T) {
 				t.Fatalf("RateLimit %q", r.header.Get("RateLimit"))
 			}
 		})
+	}
+}
+
+// TestWriterKeepsInterfaces: behind the middleware a handler can still
+// hijack the connection (a WebSocket upgrade), send 1xx responses before
+// the final one, and flush; the rate limit headers go on the final
+// response only.
+func TestWriterKeepsInterfaces(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upgrade":
+			hj, ok := w.(http.Hijacker)
+			if !ok {
+				http.Error(w, "no hijacker", 500)
+				return
+			}
+			conn, buf, err := hj.Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\nhello")
+			buf.Flush()
+		case "/early":
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			if _, ok := w.(http.Flusher); !ok {
+				t.Error("no Flusher")
+			}
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	e := newEnv(t, Options{Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: rule(1, 5)}}}, next)
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 101 ") || !strings.HasSuffix(string(got), "hello") {
+		t.Fatalf("upgrade answered %q", got)
+	}
+	var early []int
+	req, _ := http.NewRequest("GET", e.srv.URL+"/early", nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, code)
+			if h.Get("RateLimit") != "" {
+				t.Errorf("1xx response with RateLimit %q", h.Get("RateLimit"))
+			}
+			return nil
+		},
+	}))
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || len(early) != 1 || early[0] != 103 {
+		t.Fatalf("status %d, 1xx %v", resp.StatusCode, early)
+	}
+	if _, lim := checkSF(t, resp.Header); len(lim) != 1 || lim[0].r != 3 {
+		t.Fatalf("final response RateLimit %q, want r=3", resp.Header.Get("RateLimit"))
+	}
+}
+
+// FuzzQuotaItem: any rule and cost a policy accepts gives a RateLimit-Policy
+// that parses, with q/w within 1% of the rate in requests whenever that is
+// representable in structured-field Integers.
+func FuzzQuotaItem(f *testing.F) {
+	f.Add(100.0, int64(1), int64(1))
+	f.Add(0.5, int64(10000), int64(7))
+	f.Add(1e-7, int64(3), int64(1))
+	f.Fuzz(func(t *testing.T, rate float64, burst, cost int64) {
+		if !(rate > 0) || math.IsInf(rate, 0) || burst < 1 || cost < 1 || cost > burst {
+			return
+		}
+		qh := renderQuota("fuzz", []sluice.Rule{{Rate: rate, Burst: burst}, {Rate: rate * 2, Burst: burst}}, cost, "")
+		h := http.Header{"Ratelimit-Policy": {qh.policy}}
+		pol := policyItems(t, h)
+		if len(pol) != 2 || pol[0].name != "fuzz" || pol[1].name != "fuzz-1" {
+			t.Fatalf("items %+v", pol)
+		}
+		perReq := rate / float64(cost)
+		if perReq*100 < maxSFInteger && perReq > 100.0/maxSFInteger {
+			checkQuota(t, pol[0], perReq, burst/cost)
+		}
+	})
+}
+
+// TestHeadersUnderConcurrency: many connections at once, some paced, some
+// denied: every response's fields parse, RateLimit-Policy never changes,
+// and every 429 agrees with itself.
+func TestHeadersUnderConcurrency(t *testing.T) {
+	multi := []sluice.Rule{{Rate: 50, Burst: 10}, {Rate: 5, Burst: 40}}
+	e := newEnv(t, Options{RetryAfterJitter: time.Second, XRateLimit: true, Policies: []Policy{
+		{Name: "multi", Pattern: "/m", Cost: 1, Anonymous: multi},
+		{Name: "paced", Pattern: "/p", Cost: 2, Anonymous: rule(100, 10), MaxDelay: 50 * time.Millisecond},
+	}}, nil)
+	type got struct {
+		r    response
+		path string
+	}
+	out := make(chan got, 400)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				path := "/m"
+				if (i+j)%3 == 0 {
+					path = "/p"
+				}
+				out <- got{e.do("GET", path, "Accept", "application/problem+json"), path}
+				if j%5 == 0 {
+					e.clock.Advance(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(out)
+	policies := map[string]string{}
+	var denied int
+	for g := range out {
+		if p, ok := policies[g.path]; ok && p != g.r.header.Get("RateLimit-Policy") {
+			t.Fatalf("%s: RateLimit-Policy %q then %q", g.path, p, g.r.header.Get("RateLimit-Policy"))
+		}
+		policies[g.path] = g.r.header.Get("RateLimit-Policy")
+		switch g.r.status {
+		case http.StatusOK:
+			checkSF(t, g.r.header)
+		case http.StatusTooManyRequests:
+			denied++
+			check429(t, g.r)
+		default:
+			t.Fatalf("status %d", g.r.status)
+		}
+	}
+	if denied == 0 {
+		t.Fatal("no 429 under load")
+	}
+	if policies["/m"] != `"multi";q=50;w=1;sluice-burst=10, "multi-1";q=40;w=8` || policies["/p"] != `"paced";q=50;w=1;sluice-burst=5` {
+		t.Fatalf("policies %q", policies)
+	}
+}
+
+// TestUpstreamTrailersDropped: an upstream that sends RateLimit fields as
+// trailers (which draft 10 forbids) cannot contradict sluice's header;
+// its other trailers pass.
+func TestUpstreamTrailersDropped(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "RateLimit, X-Checksum, RateLimit-Remaining")
+		io.WriteString(w, "body")
+		w.Header().Set("RateLimit", `"up";r=999;t=1`)
+		w.Header().Set("RateLimit-Remaining", "999")
+		w.Header().Set("X-Checksum", "abc")
+	}))
+	t.Cleanup(upstream.Close)
+	u, _ := url.Parse(upstream.URL)
+	e := newEnv(t, Options{Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: rule(1, 10)}}}, httputil.NewSingleHostReverseProxy(u))
+	resp, err := e.srv.Client().Get(e.srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, lim := checkSF(t, resp.Header); len(lim) != 1 || lim[0].name != "api" {
+		t.Fatalf("RateLimit %q", resp.Header.Get("RateLimit"))
+	}
+	if resp.Trailer.Get("RateLimit") != "" || resp.Trailer.Get("RateLimit-Remaining") != "" || resp.Trailer.Get("X-Checksum") != "abc" {
+		t.Fatalf("trailers %v: want X-Checksum only", resp.Trailer)
+	}
+}
+
+// TestPacingAtQuotaNeverDenied: a client that reads RateLimit-Policy and
+// paces itself at q per w seconds is never denied, whatever the burst,
+// because q/w never exceeds the rate (in requests).
+func TestPacingAtQuotaNeverDenied(t *testing.T) {
+	for _, rate := range []float64{0.5, 0.7, 1.3, 3, 9.99, 33.3, 100, 999} {
+		for _, burst := range []int64{1, 3, 10} {
+			for _, cost := range []int64{1, 3} {
+				if cost > burst {
+					continue
+				}
+				clk := newClock()
+				store := memstore.New(memstore.Options{Now: clk.Now, SweepInterval: -1})
+				l, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Pattern: "/", Cost: cost, Anonymous: rule(rate, burst)}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				var interval time.Duration
+				for i := range 300 {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+					if rec.Code != http.StatusOK {
+						t.Fatalf("%v/s burst %d cost %d: request %d paced at %v denied (RateLimit-Policy %q)", rate, burst, cost, i, interval, rec.Header().Get("RateLimit-Policy"))
+					}
+					if i == 0 {
+						pol, _ := checkSF(t, rec.Header())
+						// w/q seconds, rounded up to the microsecond: never faster.
+						interval = time.Duration(math.Ceil(float64(pol[0].w)/float64(pol[0].q)*1e6)) * time.Microsecond
+					}
+					clk.Advance(interval)
+				}
+				store.Close()
+			}
+		}
 	}
 }

@@ -19,8 +19,12 @@
 // (RateLimit-Limit/Remaining/Reset and the draft's RateLimit-Policy and
 // RateLimit, or a subset); a denied request gets 429 with Retry-After,
 // Cache-Control: no-store and a JSON body, or the quota-exceeded problem
-// type when the client accepts application/problem+json. A shadow policy
-// decides and counts but never rejects and sets no headers.
+// type when the client prefers application/problem+json. A shadow policy
+// decides and counts but never rejects and sets no headers. Each rule of a
+// policy is one quota policy item of the draft ("name", "name-1", …), its
+// q/w the rule's sustained rate; the headers are set when the response
+// header is written, so t counts from then and an upstream's own
+// RateLimit fields are replaced rather than joined (see headers.go).
 //
 // With Policy.MaxDelay the request is paced rather than rejected:
 // the store reserves its tokens and the middleware waits before calling the
@@ -446,7 +450,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	ctx := r.Context()
 	res, err := l.check(ctx, p, req)
-	decided := time.Now()
+	decided := monoNow()
 	if err != nil {
 		if !l.storeFailed(w, p, err) {
 			return
