@@ -67,6 +67,7 @@ type Options struct {
 	Inputs      []string      // files, globs, or "-" for standard input
 	Config      string        // classes from this configuration's policies
 	Window      time.Duration // the last Window of the log; 0 means all of it
+	Reorder     time.Duration // lines this far out of order count in their own second
 	OutConfig   string        // write the proposed policies here
 	Shadow      bool          // with mode: shadow, to observe before enforcing
 	ChartDir    string        // write one chart per class here
@@ -137,7 +138,7 @@ proposes rate = 2 x p99 and burst = 5-10 x rate, and replays the proposal.
 `
 
 func parseFlags(args []string, stderr io.Writer) (Options, error) {
-	o := Options{Window: 7 * 24 * time.Hour}
+	o := Options{Window: 7 * 24 * time.Hour, Reorder: defaultReorder * time.Second}
 	fs := flag.NewFlagSet("sluice advise", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -147,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	var fields multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
+	fs.DurationVar(&o.Reorder, "reorder-window", o.Reorder, "count a line up to `DURATION` older than the newest line before it in its own second (files further out of order are read again in time order)")
 	fs.StringVar(&o.OutConfig, "out-config", "", "write the proposed policies as a sluice configuration to `FILE`")
 	fs.BoolVar(&o.Shadow, "shadow", false, "write the policies with mode: shadow (decide and report, never reject)")
 	fs.StringVar(&o.ChartDir, "chart", "", "write a chart of each class's distribution into `DIR`")
@@ -187,6 +189,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	case "auto", "always", "never":
 	default:
 		return o, fmt.Errorf("--progress %q: want auto, always or never", o.Progress)
+	}
+	if o.Reorder < time.Second || o.Reorder > maxReorder*time.Second {
+		return o, fmt.Errorf("--reorder-window %v: want 1s to %v", o.Reorder, maxReorder*time.Second)
 	}
 	if o.MaxClasses < 1 || o.Top < 0 {
 		return o, errors.New("--max-classes must be at least 1 and --top at least 0")

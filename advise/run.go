@@ -2,7 +2,6 @@ package advise
 
 import (
 	"fmt"
-	"hash/maphash"
 	"io"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ type Report struct {
 	Malformed         int64           `json:"malformed"`
 	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
+	Order             Order           `json:"order"`
 	Window            string          `json:"window"`
 	WindowStart       time.Time       `json:"window_start"`
 	WindowEnd         time.Time       `json:"window_end"`
@@ -50,6 +50,30 @@ type ClassReport struct {
 	Histogram []Bin `json:"per_second_histogram"`
 
 	class int32
+}
+
+// Order is how out of order the input was, and what the advisor did
+// about it (see reorder.go). It describes the input, not the traffic: the
+// same lines in another order give the same report but this.
+type Order struct {
+	// ReorderSeconds is the reorder window of the final measurement: a
+	// line at most this much older than the newest line before it is
+	// counted in its own second.
+	ReorderSeconds int64 `json:"reorder_window_seconds"`
+	// MaxLagSeconds is the most a line came behind the newest line
+	// before it, as the files were given (0 for standard input, not
+	// measured).
+	MaxLagSeconds int64 `json:"max_lag_seconds"`
+	// Segments is how many stretches the files were cut into where a line
+	// came more than 15 minutes behind (rotated files concatenated newest
+	// first).
+	Segments int `json:"segments,omitempty"`
+	// Reread is set when the files were measured a second time, their
+	// segments oldest first, with a window sized from the first reading.
+	Reread bool `json:"reread,omitempty"`
+	// Late is the number of lines the final window could not absorb;
+	// each was counted in the oldest second still open.
+	Late int64 `json:"late"`
 }
 
 // ReplayStats is what the proposal would have done to the class.
@@ -106,9 +130,8 @@ func Run(o Options) (*Report, error) {
 	} else {
 		cls.patterns = make(map[string]int32)
 	}
-	seed := maphash.MakeSeed()
 	newWork := func() func(*batch) {
-		w := &lineWorker{p: newParser(o.Fields), names: names, seed: seed}
+		w := &lineWorker{p: newParser(o.Fields), names: names}
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}
@@ -127,7 +150,14 @@ func Run(o Options) (*Report, error) {
 	// Pass 1: measure.
 	prog := &progress{}
 	show := showProgress(o)
-	m := newMeasurer(cls, int64(o.Window/time.Second))
+	reorderWindow := int64(o.Reorder / time.Second)
+	if reorderWindow <= 0 {
+		reorderWindow = defaultReorder
+	}
+	m := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow)
+	if !slices.Contains(names, "-") {
+		m.seg = &segmenter{}
+	}
 	t0 := time.Now()
 	stopBar := startBar(show, o.stderr, "measuring", prog, total)
 	pl := &pipeline{sources: srcs, stdin: o.stdin, spool: spool, newWork: newWork, prog: prog}
@@ -152,6 +182,41 @@ func Run(o Options) (*Report, error) {
 	rep.MeasureSeconds = time.Since(t0).Seconds()
 	if rep.MeasureSeconds > 0 {
 		rep.MBPerSecond = float64(rep.Bytes) / 1e6 / rep.MeasureSeconds
+	}
+	m.ro.flush()
+	rep.Order = Order{ReorderSeconds: reorderWindow, Late: m.ro.late}
+	replaySrcs := srcs
+	if m.seg != nil {
+		rep.Order.MaxLagSeconds = m.seg.maxLag
+		rep.Order.Segments = len(m.seg.segs)
+	}
+	if m.ro.late > 0 && m.seg != nil {
+		// Too far out of order for the window: read the segments again,
+		// oldest first, with a window that absorbs them.
+		if segs, w, ok := m.seg.plan(); ok {
+			planned := make([]source, len(segs))
+			for i, sg := range segs {
+				planned[i] = srcs[sg.file]
+				planned[i].start, planned[i].end = sg.start, sg.end
+			}
+			cls = freshClasses(cls, o.Config != "")
+			m2 := newMeasurer(cls, int64(o.Window/time.Second), w)
+			t2 := time.Now()
+			stopBar := startBar(show, o.stderr, "measuring again, in time order", &progress{}, 0)
+			pl := &pipeline{sources: planned, newWork: newWork, prog: &progress{}}
+			err := pl.run(func(b *batch) error { m2.batch(b); return nil })
+			stopBar()
+			if err != nil {
+				return nil, err
+			}
+			m2.ro.flush()
+			rep.MeasureSeconds += time.Since(t2).Seconds()
+			m, replaySrcs, reorderWindow = m2, planned, w
+			rep.Order.Reread, rep.Order.ReorderSeconds, rep.Order.Late = true, w, m2.ro.late
+		}
+	}
+	if rep.Order.Late > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d lines came more than %d s behind the newest line before them: each was counted in the oldest second still open (widen --reorder-window, or give files rather than standard input)", rep.Order.Late, rep.Order.ReorderSeconds))
 	}
 	rep.Unmatched = m.unmatched
 	if m.requests == 0 {
@@ -218,7 +283,7 @@ func Run(o Options) (*Report, error) {
 				rules[c.class] = []sluice.Rule{{Rate: c.Proposal.Rate, Burst: c.Proposal.Burst}}
 			}
 		}
-		rp := newReplayer(cls, start, rules)
+		rp := newReplayer(cls, start, reorderWindow, rules)
 		defer rp.store.Close()
 		if spool != nil {
 			if _, err := spool.Seek(0, io.SeekStart); err != nil {
@@ -228,12 +293,13 @@ func Run(o Options) (*Report, error) {
 		prog2 := &progress{}
 		t1 := time.Now()
 		stopBar := startBar(show, o.stderr, "replaying", prog2, total)
-		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: prog2}
+		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: prog2}
 		err := pl.run(func(b *batch) error {
 			prog2.lines.Add(b.lines)
 			rp.batch(b)
 			return nil
 		})
+		rp.finish()
 		stopBar()
 		if err != nil {
 			return nil, err
@@ -269,6 +335,15 @@ func Run(o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// freshClasses returns cls as it was before any record was read: the
+// configuration's policies, or no pattern yet.
+func freshClasses(cls *classes, fromConfig bool) *classes {
+	if fromConfig {
+		return &classes{max: cls.max, endpoints: cls.endpoints, matches: cls.matches}
+	}
+	return &classes{max: cls.max, patterns: make(map[string]int32)}
 }
 
 // policyNames names the endpoints: the configuration's policy names, or
