@@ -77,8 +77,11 @@ type Options struct {
 	MaxClasses  int // endpoint classes before folding into prefixes
 	MinSamples  int // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
-	NoReplay    bool
-	Progress    string // auto, always or never
+	// AnonymousUsers are user values that name no one (compared without
+	// case); nil means the defaults: - guest anonymous unknown none null nobody.
+	AnonymousUsers []string
+	NoReplay       bool
+	Progress       string // auto, always or never
 
 	stdin  io.Reader
 	stderr io.Writer
@@ -145,7 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	var fields multiFlag
+	var fields, anon multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
 	fs.DurationVar(&o.Reorder, "reorder-window", o.Reorder, "count a line up to `DURATION` older than the newest line before it in its own second (files further out of order are read again in time order)")
@@ -158,6 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
+	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
 	rest := args
@@ -175,6 +179,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	if len(o.Inputs) == 0 {
 		fs.Usage()
 		return o, errors.New("no log given: name files, globs, or - for standard input")
+	}
+	if len(anon) > 0 {
+		o.AnonymousUsers = anon
 	}
 	var err error
 	if o.Fields, err = parseFieldOverrides(fields); err != nil {

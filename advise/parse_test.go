@@ -42,7 +42,7 @@ func TestParseLines(t *testing.T) {
 			t.Errorf("%s: %v", tc.line, err)
 			continue
 		}
-		if err := finish(&e); err != nil {
+		if err := p.finish(&e); err != nil {
 			t.Errorf("%s: finish: %v", tc.line, err)
 		}
 		if e.time != tc.time || string(e.method) != tc.method || string(e.path) != tc.path || string(e.ip) != tc.ip || string(e.user) != tc.user || e.status != tc.status {

@@ -132,6 +132,9 @@ func Run(o Options) (*Report, error) {
 	}
 	newWork := func() func(*batch) {
 		w := &lineWorker{p: newParser(o.Fields), names: names}
+		if o.AnonymousUsers != nil {
+			w.p.setAnonymous(o.AnonymousUsers)
+		}
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}
