@@ -103,7 +103,7 @@ func TestKnownDistribution(t *testing.T) {
 		}
 	}
 	path := writeEvents(t, "known.log", evs)
-	rep, err := Run(Options{Inputs: []string{path}, Window: 7 * 24 * time.Hour, MaxClasses: 100, Top: 3})
+	rep, err := Run(Options{Inputs: []string{path}, Window: 7 * 24 * time.Hour, MaxClasses: 100, Top: 3, Statistic: "samples"})
 	if err != nil {
 		t.Fatal(err)
 	}

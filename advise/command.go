@@ -81,6 +81,7 @@ type Options struct {
 	// case); nil means the defaults: - guest anonymous unknown none null nobody.
 	AnonymousUsers []string
 	NoReplay       bool
+	Statistic      string // keys (the default when empty) or samples: how the rule is read
 	Progress       string // auto, always or never
 
 	stdin  io.Reader
@@ -162,6 +163,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
+	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from their busiest seconds) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
 	rest := args
@@ -191,6 +193,11 @@ func parseFlags(args []string, stderr io.Writer) (Options, error) {
 	case "png", "svg":
 	default:
 		return o, fmt.Errorf("--chart-format %q: want png or svg", o.ChartFormat)
+	}
+	switch o.Statistic {
+	case "keys", "samples":
+	default:
+		return o, fmt.Errorf("--statistic %q: want keys or samples", o.Statistic)
 	}
 	switch o.Progress {
 	case "auto", "always", "never":

@@ -44,6 +44,7 @@ type rec struct {
 	pat    span   // without --config: the endpoint pattern
 	key    span
 	auth   bool
+	status uint16 // 0 when the log has none
 	// hashes of the pattern and the key, computed by the parsing
 	// goroutines so that the single counting goroutine looks up integers
 	patHash, keyHash uint64

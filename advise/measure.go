@@ -32,6 +32,7 @@ type keyState struct {
 	scount uint32
 	mcount uint32
 	class  int32
+	sum    int32 // the key's summary over the window, in measurer.sums
 }
 
 // hist is an exact histogram of counts: dense for small counts, a map for
@@ -163,15 +164,17 @@ type measurer struct {
 	unmatched int64
 	requests  int64
 	ro        *reorder
-	seg       *segmenter // nil: the inputs are not cut into segments
+	seg       *segmenter       // nil: the inputs are not cut into segments
+	sumIndex  map[uint64]int32 // (class, key) → its summary in sums
+	sums      []keySum
 }
 
 // newMeasurer returns a measurer of the last window seconds of the log
 // (0: all of it) that puts records back in time order within reorder
 // seconds.
 func newMeasurer(cls *classes, window, reorder int64) *measurer {
-	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62}
-	m.ro = newReorder(reorder, false, m.release)
+	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, sumIndex: make(map[uint64]int32)}
+	m.ro = newReorder(reorder, true, m.release)
 	return m
 }
 
@@ -270,8 +273,11 @@ func (m *measurer) release(s *slotBuf) {
 		if !ok {
 			idx = m.newState(class, sec)
 			m.keys[k] = idx
+			m.states[idx].sum = m.summary(k, class, s.bytes(it.key))
 		}
-		m.count(&m.states[idx], sec)
+		st := &m.states[idx]
+		m.count(st, sec)
+		m.sums[st.sum].add(it.status, sec)
 	}
 }
 
@@ -304,6 +310,7 @@ func (m *measurer) count(st *keyState, sec int64) {
 
 // closeSecond records the count of a finished second of st.
 func (m *measurer) closeSecond(st *keyState, s int64, c uint32) {
+	m.sums[st.sum].peakSec = max(m.sums[st.sum].peakSec, c)
 	acc := m.acc[st.class]
 	acc.hour(m.hourOf(s)).sec.add(c, 1)
 	if min := s / 60; min != st.minute {
@@ -315,6 +322,7 @@ func (m *measurer) closeSecond(st *keyState, s int64, c uint32) {
 
 func (m *measurer) closeMinute(st *keyState) {
 	if st.mcount > 0 {
+		m.sums[st.sum].peakMin = max(m.sums[st.sum].peakMin, st.mcount)
 		m.acc[st.class].hour(m.hourOf(st.minute*60)).min.add(st.mcount, 1)
 	}
 	st.mcount = 0

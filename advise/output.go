@@ -70,6 +70,25 @@ func writeTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintf(&b, "  %s %s: %s\n", c.Policy, c.Caller, strings.Join(parts, ", "))
 	}
+	apart := false
+	for _, c := range rep.Classes {
+		if len(c.Keys.WouldLimit) == 0 {
+			continue
+		}
+		if !apart {
+			b.WriteString("\nkeys set apart as ones the proposal would limit (they do not size it)\n")
+			apart = true
+		}
+		var parts []string
+		for _, k := range c.Keys.WouldLimit {
+			parts = append(parts, fmt.Sprintf("%s (%s: %d requests, %d errors, %d denied, busiest minute %d)", k.Key, k.Reason, k.Requests, k.Errors, k.Denied, k.PeakMinute))
+		}
+		more := ""
+		if n := c.Keys.SetApart - len(c.Keys.WouldLimit); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		fmt.Fprintf(&b, "  %s %s: %s%s\n", c.Policy, c.Caller, strings.Join(parts, ", "), more)
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -135,9 +154,9 @@ func buildConfig(rep *Report, mode string) configFile {
 func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
-	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 of per-key requests per second,\n",
+	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60,\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
-	b.WriteString("# burst = 5-10 x rate by burstiness. Review before enforcing; mode: shadow reports without rejecting.\n")
+	b.WriteString("# burst = the keys' busiest seconds within 5-10 x rate (see docs/advise.md). Review before enforcing;\n# mode: shadow reports without rejecting.\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(buildConfig(rep, mode)); err != nil {

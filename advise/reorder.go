@@ -50,6 +50,7 @@ type item struct {
 	patHash, keyHash uint64
 	policy           int32 // endpoint, or -1 when pat must be registered
 	auth             bool
+	status           uint16
 	pat, key         span
 }
 
@@ -102,7 +103,7 @@ func (ro *reorder) add(b *batch, r *rec, ep int32) {
 	if len(s.items) == 0 {
 		s.sec, s.arena = sec, s.arena[:0]
 	}
-	it := item{time: t, patHash: r.patHash, keyHash: r.keyHash, policy: ep, auth: r.auth}
+	it := item{time: t, patHash: r.patHash, keyHash: r.keyHash, policy: ep, auth: r.auth, status: r.status}
 	if ep < 0 && r.policy < 0 {
 		off := len(s.arena)
 		s.arena = append(s.arena, b.bytes(r.pat)...)

@@ -48,6 +48,9 @@ type ClassReport struct {
 	// Histogram is the per-second distribution: each count with its
 	// number of (key, second) samples, by increasing count.
 	Histogram []Bin `json:"per_second_histogram"`
+	// Keys is the per-key view: how many callers, which size the
+	// proposal, and those set apart as ones it would limit.
+	Keys KeyStats `json:"keys"`
 
 	class int32
 }
@@ -229,6 +232,7 @@ func Run(o Options) (*Report, error) {
 	rep.WindowStart = time.Unix(max(start, m.minSec), 0).UTC()
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
 	secH, minH := m.result()
+	keysOf := m.classKeys(len(secH))
 
 	// Propose.
 	cls.frozen = true
@@ -252,11 +256,25 @@ func Run(o Options) (*Report, error) {
 		if c%2 == 1 {
 			cr.Caller = "authenticated"
 		}
-		cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
+		normal, limited := setApart(keysOf[c])
+		if o.Statistic == "samples" {
+			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
+			cr.Keys.Normal = len(normal)
+		} else {
+			cr.Proposal, cr.Keys = proposeByKeys(normal)
+		}
+		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
+		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
 		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
 		rep.Classes = append(rep.Classes, cr)
 	}
 	checkPatterns(rep, o.Config != "")
+	for i := range rep.Classes {
+		if c := &rep.Classes[i]; c.InConfig && c.Proposal.Rate == 0 {
+			c.InConfig = false
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s callers are all set apart as abusive: no rule proposed", c.Match, c.Caller))
+		}
+	}
 	if o.Config != "" {
 		seen := make(map[string]bool)
 		for _, c := range rep.Classes {

@@ -50,7 +50,7 @@ func (w *lineWorker) do(b *batch) {
 			continue
 		}
 		e := &w.e
-		r := rec{time: e.time, policy: -1, off: lineOff}
+		r := rec{time: e.time, policy: -1, off: lineOff, status: uint16(e.status)}
 		if w.m != nil {
 			r.policy = w.m.match(e.method, e.path)
 		} else {
