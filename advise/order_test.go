@@ -82,6 +82,12 @@ func writeLines(t *testing.T, dir, name string, lines []string) string {
 // the timings and how out of order the input was.
 func reportOf(t *testing.T, path string, o Options) []byte {
 	t.Helper()
+	return reportJSON(t, path, o, false)
+}
+
+// reportJSON is reportOf, without the notes as well when dropNotes is set.
+func reportJSON(t *testing.T, path string, o Options, dropNotes bool) []byte {
+	t.Helper()
 	o.Inputs = []string{path}
 	if o.MaxClasses == 0 {
 		o.MaxClasses = 200
@@ -94,6 +100,9 @@ func reportOf(t *testing.T, path string, o Options) []byte {
 		t.Fatal(err)
 	}
 	rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+	if dropNotes {
+		rep.Notes = nil
+	}
 	var b bytes.Buffer
 	if err := writeJSON(&b, rep); err != nil {
 		t.Fatal(err)

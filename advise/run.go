@@ -145,7 +145,7 @@ func Run(o Options) (*Report, error) {
 	}
 
 	var spool *os.File
-	if slices.Contains(names, "-") && !o.NoReplay {
+	if slices.Contains(names, "-") {
 		if spool, err = os.CreateTemp("", "sluice-advise-*.log"); err != nil {
 			return nil, fmt.Errorf("spooling standard input for the replay: %w", err)
 		}
@@ -231,74 +231,44 @@ func Run(o Options) (*Report, error) {
 	start := m.windowStart()
 	rep.WindowStart = time.Unix(max(start, m.minSec), 0).UTC()
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
-	secH, minH := m.result()
-	keysOf := m.classKeys(len(secH))
-
-	// Propose.
-	cls.frozen = true
-	names2 := policyNames(cls, o.Config != "")
-	for c := range secH {
-		ps := summarize(&secH[c])
-		if ps.Samples == 0 {
-			continue
-		}
-		ep := c / 2
-		cr := ClassReport{
-			Policy:    names2[ep],
-			Match:     cls.matches[ep],
-			Caller:    "anonymous",
-			PerSecond: ps,
-			PerMinute: summarize(&minH[c]),
-			LowData:   ps.Samples < uint64(o.MinSamples),
-			class:     int32(c),
-			Histogram: secH[c].bins(),
-		}
-		if c%2 == 1 {
-			cr.Caller = "authenticated"
-		}
-		normal, limited := setApart(keysOf[c])
-		if o.Statistic == "samples" {
-			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
-			cr.Keys.Normal = len(normal)
-		} else {
-			cr.Proposal, cr.Keys = proposeByKeys(normal)
-		}
-		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
-		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
-		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
-		rep.Classes = append(rep.Classes, cr)
-	}
-	checkPatterns(rep, o.Config != "")
-	for i := range rep.Classes {
-		if c := &rep.Classes[i]; c.InConfig && c.Proposal.Rate == 0 {
-			c.InConfig = false
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s callers are all set apart as abusive: no rule proposed", c.Match, c.Caller))
-		}
-	}
-	if o.Config != "" {
-		seen := make(map[string]bool)
-		for _, c := range rep.Classes {
-			seen[c.Policy] = true
-		}
-		for _, p := range policies {
-			if !seen[p.Name] {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s (%s) has no traffic in the window: left out of the configuration", p.Name, p.Match))
+	conflictNotes := len(rep.Notes)
+	proposeClasses(rep, m, cls, o.Config != "", policies, o)
+	if o.Config == "" {
+		// Measure again with the routes the configuration will have, as
+		// the gateway's ServeMux matches them, so that what --out-config
+		// writes governs exactly the requests it was sized on: advising
+		// again with it as --config gives the same classes and numbers.
+		policies = routes(rep)
+		if len(policies) > 0 {
+			if matcher, err = newPolicyMatcher(policies); err != nil {
+				return nil, fmt.Errorf("the proposed routes: %w", err)
 			}
+			cls = freshClasses(&classes{endpoints: policyNamesOf(policies), matches: matchesOf(policies)}, true)
+			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow)
+			if spool != nil {
+				if _, err := spool.Seek(0, io.SeekStart); err != nil {
+					return nil, err
+				}
+			}
+			t3 := time.Now()
+			stopBar := startBar(show, o.stderr, "measuring the proposed routes", &progress{}, total)
+			pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
+			err := pl.run(func(b *batch) error { m3.batch(b); return nil })
+			stopBar()
+			if err != nil {
+				return nil, err
+			}
+			rep.MeasureSeconds += time.Since(t3).Seconds()
+			m = m3
+			rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			rep.Classes = nil
+			proposeClasses(rep, m, cls, true, policies, o)
+			rep.Unmatched = m.unmatched
 		}
 	}
-	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
-		if a.PerSecond.Requests != b.PerSecond.Requests {
-			if a.PerSecond.Requests > b.PerSecond.Requests {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Policy+a.Caller, b.Policy+b.Caller)
-	})
-
 	// Pass 2: replay.
 	if !o.NoReplay {
-		rules := make([][]sluice.Rule, len(secH))
+		rules := make([][]sluice.Rule, 2*len(cls.endpoints))
 		for _, c := range rep.Classes {
 			if c.InConfig {
 				rules[c.class] = []sluice.Rule{{Rate: c.Proposal.Rate, Burst: c.Proposal.Burst}}
@@ -356,6 +326,116 @@ func Run(o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// proposeClasses fills rep.Classes from what m measured: a proposal per
+// class, the patterns that can go in the configuration, sorted busiest
+// first. fromConfig: the endpoints are the policies.
+func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, policies []configPolicy, o Options) {
+	secH, minH := m.result()
+	keysOf := m.classKeys(len(secH))
+	cls.frozen = true
+	names2 := policyNames(cls, fromConfig)
+	for c := range secH {
+		ps := summarize(&secH[c])
+		if ps.Samples == 0 {
+			continue
+		}
+		ep := c / 2
+		cr := ClassReport{
+			Policy:    names2[ep],
+			Match:     cls.matches[ep],
+			Caller:    "anonymous",
+			PerSecond: ps,
+			PerMinute: summarize(&minH[c]),
+			LowData:   ps.Samples < uint64(o.MinSamples),
+			class:     int32(c),
+			Histogram: secH[c].bins(),
+		}
+		if c%2 == 1 {
+			cr.Caller = "authenticated"
+		}
+		normal, limited := setApart(keysOf[c])
+		if o.Statistic == "samples" {
+			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
+			cr.Keys.Normal = len(normal)
+		} else {
+			cr.Proposal, cr.Keys = proposeByKeys(normal)
+		}
+		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
+		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
+		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
+		rep.Classes = append(rep.Classes, cr)
+	}
+	checkPatterns(rep, fromConfig)
+	for i := range rep.Classes {
+		if c := &rep.Classes[i]; c.InConfig && c.Proposal.Rate == 0 {
+			c.InConfig = false
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s callers are all set apart as abusive: no rule proposed", c.Match, c.Caller))
+		}
+	}
+	if fromConfig {
+		seen := make(map[string]bool)
+		for _, c := range rep.Classes {
+			seen[c.Policy] = true
+		}
+		for _, p := range policies {
+			if !seen[p.Name] {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s (%s) has no traffic in the window: left out of the configuration", p.Name, p.Match))
+			}
+		}
+	}
+	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
+		if a.PerSecond.Requests != b.PerSecond.Requests {
+			if a.PerSecond.Requests > b.PerSecond.Requests {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Policy+a.Caller, b.Policy+b.Caller)
+	})
+
+}
+
+// routes are the policies the configuration will have: the endpoints of
+// the classes that go in it, sorted by name as the configuration is.
+func routes(rep *Report) []configPolicy {
+	seen := make(map[string]bool)
+	var out []configPolicy
+	for _, c := range rep.Classes {
+		if c.InConfig && !seen[c.Policy] {
+			seen[c.Policy] = true
+			out = append(out, configPolicy{Name: c.Policy, Match: c.Match})
+		}
+	}
+	slices.SortFunc(out, func(a, b configPolicy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func policyNamesOf(ps []configPolicy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func matchesOf(ps []configPolicy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Match
+	}
+	return out
+}
+
+// countConflicts is how many of notes, from the front, are about patterns
+// left out for a conflict.
+func countConflicts(notes []string) int {
+	n := 0
+	for n < len(notes) && strings.Contains(notes[n], "is left out of the configuration") {
+		n++
+	}
+	return n
 }
 
 // freshClasses returns cls as it was before any record was read: the
