@@ -104,6 +104,9 @@ type KeyStats struct {
 // classKeys returns the summaries of the keys of each class in the window.
 func (m *measurer) classKeys(classes int) [][]*keySum {
 	out := make([][]*keySum, classes)
+	if !m.perKey {
+		return out
+	}
 	for i := range m.sums {
 		k := &m.sums[i]
 		if k.requests > 0 && k.inWindow(m) && int(k.class) < classes {

@@ -164,17 +164,24 @@ type measurer struct {
 	unmatched int64
 	requests  int64
 	ro        *reorder
-	seg       *segmenter       // nil: the inputs are not cut into segments
+	seg       *segmenter // nil: the inputs are not cut into segments
+	perKey    bool
 	sumIndex  map[uint64]int32 // (class, key) → its summary in sums
 	sums      []keySum
 }
 
 // newMeasurer returns a measurer of the last window seconds of the log
 // (0: all of it) that puts records back in time order within reorder
-// seconds.
-func newMeasurer(cls *classes, window, reorder int64) *measurer {
-	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, sumIndex: make(map[uint64]int32)}
-	m.ro = newReorder(reorder, true, m.release)
+// seconds. perKey keeps the summary of every key (see keys.go); a pass
+// that only finds the patterns does without.
+func newMeasurer(cls *classes, window, reorder int64, perKey bool) *measurer {
+	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, perKey: perKey}
+	if perKey {
+		m.sumIndex = make(map[uint64]int32)
+	} else {
+		m.sums = make([]keySum, 1) // every key shares one, unread
+	}
+	m.ro = newReorder(reorder, perKey, m.release)
 	return m
 }
 
@@ -273,7 +280,9 @@ func (m *measurer) release(s *slotBuf) {
 		if !ok {
 			idx = m.newState(class, sec)
 			m.keys[k] = idx
-			m.states[idx].sum = m.summary(k, class, s.bytes(it.key))
+			if m.perKey {
+				m.states[idx].sum = m.summary(k, class, s.bytes(it.key))
+			}
 		}
 		st := &m.states[idx]
 		m.count(st, sec)

@@ -185,7 +185,7 @@ func FuzzBatch(f *testing.F) {
 			t.Fatalf("%d records + %d malformed != %d lines", len(b.recs), b.malformed, b.lines)
 		}
 		cls := &classes{max: 3, patterns: make(map[string]int32)}
-		m := newMeasurer(cls, 7*86400, defaultReorder)
+		m := newMeasurer(cls, 7*86400, defaultReorder, true)
 		m.batch(b)
 		sec, _ := m.result()
 		var n uint64

@@ -160,7 +160,9 @@ func Run(o Options) (*Report, error) {
 	if reorderWindow <= 0 {
 		reorderWindow = defaultReorder
 	}
-	m := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow)
+	// Without --config this pass finds the patterns; the routes pass below
+	// measures per key.
+	m := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, o.Config != "")
 	if !slices.Contains(names, "-") {
 		m.seg = &segmenter{}
 	}
@@ -206,7 +208,7 @@ func Run(o Options) (*Report, error) {
 				planned[i].start, planned[i].end = sg.start, sg.end
 			}
 			cls = freshClasses(cls, o.Config != "")
-			m2 := newMeasurer(cls, int64(o.Window/time.Second), w)
+			m2 := newMeasurer(cls, int64(o.Window/time.Second), w, o.Config != "")
 			t2 := time.Now()
 			stopBar := startBar(show, o.stderr, "measuring again, in time order", &progress{}, 0)
 			pl := &pipeline{sources: planned, newWork: newWork, prog: &progress{}}
@@ -244,7 +246,7 @@ func Run(o Options) (*Report, error) {
 				return nil, fmt.Errorf("the proposed routes: %w", err)
 			}
 			cls = freshClasses(&classes{endpoints: policyNamesOf(policies), matches: matchesOf(policies)}, true)
-			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow)
+			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, true)
 			if spool != nil {
 				if _, err := spool.Seek(0, io.SeekStart); err != nil {
 					return nil, err
@@ -369,7 +371,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 	}
 	checkPatterns(rep, fromConfig)
 	for i := range rep.Classes {
-		if c := &rep.Classes[i]; c.InConfig && c.Proposal.Rate == 0 {
+		if c := &rep.Classes[i]; m.perKey && c.InConfig && c.Proposal.Rate == 0 {
 			c.InConfig = false
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s callers are all set apart as abusive: no rule proposed", c.Match, c.Caller))
 		}
