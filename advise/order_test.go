@@ -2,6 +2,7 @@ package advise
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -258,5 +259,54 @@ func TestStdinOutOfOrder(t *testing.T) {
 	}
 	if code := Command([]string{"--reorder-window", "1h", "-"}, strings.NewReader(""), io.Discard, io.Discard); code != 2 {
 		t.Errorf("--reorder-window 1h: exit %d, want 2 (at most 15m)", code)
+	}
+}
+
+// TestOrderAcrossFilesAndGzip: the rotated chunks of a real log as
+// separate files given in any order, and as one gzip stream of the
+// chunks newest first, give the report of the shipped file.
+func TestOrderAcrossFilesAndGzip(t *testing.T) {
+	path := filepath.Join(realLogs(t), "apache_combined_2015.log")
+	lines := readLines(t, path)
+	tmp := t.TempDir()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reportOf(t, path, Options{Window: 0})
+	const n = 4
+	size := (len(lines) + n - 1) / n
+	var files []string
+	var newestFirst bytes.Buffer
+	zw := gzip.NewWriter(&newestFirst)
+	for i := n - 1; i >= 0; i-- {
+		chunk := lines[i*size : min(len(lines), (i+1)*size)]
+		files = append(files, writeLines(t, tmp, fmt.Sprintf("access.log.%d", i), chunk))
+		for _, l := range chunk {
+			io.WriteString(zw, strings.TrimSuffix(l, "\n")+"\n")
+		}
+	}
+	zw.Close()
+	gz := filepath.Join(tmp, "all.log.gz")
+	if err := os.WriteFile(gz, newestFirst.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for label, inputs := range map[string][]string{"files newest first": files, "files shuffled": {files[2], files[0], files[3], files[1]}, "gzip": {gz}} {
+		rep, err := Run(Options{Inputs: inputs, MaxClasses: 200, Top: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Lines != int64(len(lines)) || rep.Order.Late != 0 {
+			t.Errorf("%s: %d lines, order %+v", label, rep.Lines, rep.Order)
+		}
+		rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+		rep.Bytes = st.Size() // the gzip file is smaller
+		var got bytes.Buffer
+		if err := writeJSON(&got, rep); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			t.Errorf("%s: the report differs from the shipped file's:\n%s", label, firstDiff(want, got.Bytes()))
+		}
 	}
 }
