@@ -1,20 +1,24 @@
 // Package advise derives rate limits from access logs (SPEC §6): it is
 // `sluice advise`.
 //
-// It reads Common and Combined Log Format and JSON lines (the format is
-// detected per line), from files, globs, gzip files or standard input,
-// streaming, in memory that follows the number of keys active at once, not
-// the size of the log. Every request falls in a class: its
-// endpoint (the method and a ServeMux pattern of its path, ids grouped into
-// wildcards, or the policy of an existing configuration that matches it)
-// and whether its caller is authenticated (keyed by API key or user) or
-// anonymous (keyed by client IP, IPv6 by /64). Per class it measures the
-// distribution of per-key requests per second and per minute over the last
-// seven days of the log, and proposes rate = 2 × p99 of the per-second
-// counts and burst = 5 to 10 × rate by how bursty the class is (see
-// Proposal). A second pass over the same input replays the proposal on
-// the real in-memory store with the log's own timestamps and counts what
-// it would have rejected.
+// It reads Common, Combined and vhost_combined Log Format and JSON lines
+// (ECS-style included; the format is detected per line), from files,
+// globs, gzip files or standard input, streaming, in memory that follows
+// the callers of the window and the traffic of a reorder window, not the
+// size of the log. Lines are counted in time order, whatever order they
+// come in (reorder.go), so the same lines in any order give the same
+// report. Every request falls in a class: its endpoint (the method and a
+// ServeMux pattern of its path, ids grouped into wildcards, then matched
+// as the gateway's ServeMux would match the patterns that go into the
+// configuration; or the policy of an existing configuration) and whether
+// its caller is authenticated (keyed by API key or user) or anonymous
+// (keyed by client IP, IPv6 by /64). Per class and key it keeps the key's
+// busiest second and minute and how many of its requests were errors or
+// 429s, and proposes rate = 2 × the p99 across keys of their busiest
+// minute / 60 and a burst from their busiest seconds within 5 to 10 ×
+// rate, after setting apart the keys it would limit (keys.go). A last pass
+// over the same input replays the proposal on the real in-memory store
+// with the log's own timestamps and counts what it would have rejected.
 //
 // docs/advise.md is the user's guide.
 package advise
