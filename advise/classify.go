@@ -146,17 +146,25 @@ func appendKey(dst []byte, e *entry) (out []byte, authenticated bool) {
 	if bytes.IndexByte(ip, ':') < 0 {
 		return append(dst, ip...), false
 	}
+	// an address with its port, 203.0.113.7:51234 or [2001:db8::1]:443,
+	// is keyed by the address: the port changes with every connection
+	if ip[0] == '[' {
+		if j := bytes.IndexByte(ip, ']'); j > 0 {
+			ip = ip[1:j]
+		}
+	} else if c := bytes.IndexByte(ip, ':'); bytes.LastIndexByte(ip, ':') == c {
+		ip = ip[:c] // host:port
+	}
 	if z := bytes.IndexByte(ip, '%'); z >= 0 {
 		ip = ip[:z]
 	}
-	ip = bytes.TrimSuffix(bytes.TrimPrefix(ip, []byte("[")), []byte("]"))
 	// The string view of ip does not outlive this call: ParseAddr keeps
 	// only a zone, which was cut off above.
 	a, err := netip.ParseAddr(unsafe.String(unsafe.SliceData(ip), len(ip)))
 	if err != nil {
-		return append(dst, e.ip...), false
+		return append(dst, ip...), false // a host name
 	}
-	if a.Is4In6() {
+	if a.Is4() || a.Is4In6() {
 		return a.Unmap().AppendTo(dst), false
 	}
 	p, _ := a.Prefix(64)

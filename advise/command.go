@@ -1,20 +1,24 @@
 // Package advise derives rate limits from access logs: it is
 // `sluice advise`.
 //
-// It reads Common and Combined Log Format and JSON lines (the format is
-// detected per line), from files, globs, gzip files or standard input,
-// streaming, in memory that follows the number of keys active at once, not
-// the size of the log. Every request falls in a class: its
-// endpoint (the method and a ServeMux pattern of its path, ids grouped into
-// wildcards, or the policy of an existing configuration that matches it)
-// and whether its caller is authenticated (keyed by API key or user) or
-// anonymous (keyed by client IP, IPv6 by /64). Per class it measures the
-// distribution of per-key requests per second and per minute over the last
-// seven days of the log, and proposes rate = 2 × p99 of the per-second
-// counts and burst = 5 to 10 × rate by how bursty the class is (see
-// Proposal). A second pass over the same input replays the proposal on
-// the real in-memory store with the log's own timestamps and counts what
-// it would have rejected.
+// It reads Common, Combined and vhost_combined Log Format and JSON lines
+// (ECS-style included; the format is detected per line), from files,
+// globs, gzip files or standard input, streaming, in memory that follows
+// the callers of the window and the traffic of a reorder window, not the
+// size of the log. Lines are counted in time order, whatever order they
+// come in (reorder.go), so the same lines in any order give the same
+// report. Every request falls in a class: its endpoint (the method and a
+// ServeMux pattern of its path, ids grouped into wildcards, then matched
+// as the gateway's ServeMux would match the patterns that go into the
+// configuration; or the policy of an existing configuration) and whether
+// its caller is authenticated (keyed by API key or user) or anonymous
+// (keyed by client IP, IPv6 by /64). Per class and key it keeps the key's
+// busiest second and minute and how many of its requests were errors or
+// 429s, and proposes rate = 2 × the p99 across keys of their busiest
+// minute / 60 and a burst from their busiest seconds within 5 to 10 ×
+// rate, after setting apart the keys it would limit (keys.go). A last pass
+// over the same input replays the proposal on the real in-memory store
+// with the log's own timestamps and counts what it would have rejected.
 //
 // docs/advise.md is the user's guide.
 package advise
@@ -69,6 +73,7 @@ type Options struct {
 	Inputs      []string      // files, globs, or "-" for standard input
 	Config      string        // classes from this configuration's policies
 	Window      time.Duration // the last Window of the log; 0 means all of it
+	Reorder     time.Duration // lines this far out of order count in their own second
 	OutConfig   string        // write the proposed policies here
 	Shadow      bool          // with mode: shadow, to observe before enforcing
 	ChartDir    string        // write one chart per class here
@@ -78,8 +83,12 @@ type Options struct {
 	MaxClasses  int // endpoint classes before folding into prefixes
 	MinSamples  int // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
-	NoReplay    bool
-	Progress    string // auto, always or never
+	// AnonymousUsers are user values that name no one (compared without
+	// case); nil means the defaults: - guest anonymous unknown none null nobody.
+	AnonymousUsers []string
+	NoReplay       bool
+	Statistic      string // keys (the default when empty) or samples: how the rule is read
+	Progress       string // auto, always or never
 
 	stdin  io.Reader
 	stderr io.Writer
@@ -143,7 +152,7 @@ Flags:
 var errFlag = errors.New("bad flag")
 
 func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
-	o := Options{Window: 7 * 24 * time.Hour}
+	o := Options{Window: 7 * 24 * time.Hour, Reorder: defaultReorder * time.Second}
 	fs := flag.NewFlagSet("sluice advise", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {} // printed below: --help on stdout, once
@@ -153,9 +162,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		fs.PrintDefaults()
 		fs.SetOutput(stderr)
 	}
-	var fields multiFlag
+	var fields, anon multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
+	fs.DurationVar(&o.Reorder, "reorder-window", o.Reorder, "count a line up to `DURATION` older than the newest line before it in its own second (files further out of order are read again in time order)")
 	fs.StringVar(&o.OutConfig, "out-config", "", "write the proposed policies as a sluice configuration to `FILE`")
 	fs.BoolVar(&o.Shadow, "shadow", false, "write the policies with mode: shadow (decide and report, never reject)")
 	fs.StringVar(&o.ChartDir, "chart", "", "write a chart of each class's distribution into `DIR`")
@@ -165,6 +175,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
+	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
+	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from their busiest seconds) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
 	rest := args
@@ -188,6 +200,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		help(stderr)
 		return o, errors.New("no log given: name files, globs, or - for standard input")
 	}
+	if len(anon) > 0 {
+		o.AnonymousUsers = anon
+	}
 	var err error
 	if o.Fields, err = parseFieldOverrides(fields); err != nil {
 		return o, err
@@ -197,10 +212,18 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	default:
 		return o, fmt.Errorf("--chart-format %q: want png or svg", o.ChartFormat)
 	}
+	switch o.Statistic {
+	case "keys", "samples":
+	default:
+		return o, fmt.Errorf("--statistic %q: want keys or samples", o.Statistic)
+	}
 	switch o.Progress {
 	case "auto", "always", "never":
 	default:
 		return o, fmt.Errorf("--progress %q: want auto, always or never", o.Progress)
+	}
+	if o.Reorder < time.Second || o.Reorder > maxReorder*time.Second {
+		return o, fmt.Errorf("--reorder-window %v: want 1s to %v", o.Reorder, maxReorder*time.Second)
 	}
 	if o.MaxClasses < 1 || o.Top < 0 {
 		return o, errors.New("--max-classes must be at least 1 and --top at least 0")

@@ -28,6 +28,9 @@ type source struct {
 	name  string
 	size  int64 // bytes on disk, 0 when unknown
 	first int64 // timestamp of the first parseable line, for ordering
+	// start and end delimit the part read, in bytes of the decompressed
+	// input; end -1 reads to the end (a segment, see reorder.go)
+	start, end int64
 }
 
 // span locates bytes in a batch's arena.
@@ -35,11 +38,13 @@ type span struct{ off, n uint32 }
 
 // rec is one parsed line.
 type rec struct {
-	time   int64 // Unix µs
-	policy int32 // with --config: the policy's index, -1 for none
-	pat    span  // without --config: the endpoint pattern
+	time   int64  // Unix µs
+	policy int32  // with --config: the policy's index, -1 for none
+	off    uint32 // of the line in its batch's data
+	pat    span   // without --config: the endpoint pattern
 	key    span
 	auth   bool
+	status uint16 // 0 when the log has none
 	// hashes of the pattern and the key, computed by the parsing
 	// goroutines so that the single counting goroutine looks up integers
 	patHash, keyHash uint64
@@ -58,6 +63,7 @@ type batch struct {
 	buf       []byte // owns the memory; data is the whole lines in it
 	data      []byte
 	file      int
+	off       int64 // of data in its input, decompressed
 	long      int64 // lines dropped for being longer than a chunk
 	firstLine int64 // line number of the chunk's first line in its file
 	endOfFile bool  // the last batch of its file
@@ -105,7 +111,7 @@ func expandInputs(args []string) ([]source, error) {
 				return nil, errors.New(`standard input ("-") given twice`)
 			}
 			stdin = true
-			out = append(out, source{name: "-"})
+			out = append(out, source{name: "-", end: -1})
 			continue
 		}
 		names := []string{a}
@@ -127,7 +133,7 @@ func expandInputs(args []string) ([]source, error) {
 			if st.IsDir() {
 				return nil, fmt.Errorf("%s is a directory: want log files", n)
 			}
-			out = append(out, source{name: n, size: st.Size()})
+			out = append(out, source{name: n, size: st.Size(), end: -1})
 		}
 	}
 	if len(out) > 1 {
@@ -175,6 +181,14 @@ func firstTime(name string, p *parser) int64 {
 		}
 	}
 	return 0
+}
+
+// isGzip reports whether f starts with the gzip magic number, and leaves
+// f where it was.
+func isGzip(f *os.File) bool {
+	var magic [2]byte
+	n, _ := f.ReadAt(magic[:], 0)
+	return n == 2 && magic[0] == 0x1f && magic[1] == 0x8b
 }
 
 // decompress returns r, or a gzip reader of it when it starts with the
@@ -257,6 +271,7 @@ func (pl *pipeline) read(free, work, ordered chan *batch, stop chan struct{}) er
 
 func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *batch, stop chan struct{}) error {
 	var in io.Reader
+	skip := src.start // bytes to decompress and drop before the segment
 	if src.name == "-" {
 		in = pl.stdin
 		if pl.spool != nil {
@@ -269,11 +284,24 @@ func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *ba
 		}
 		defer f.Close()
 		in = f
+		if skip > 0 && !isGzip(f) {
+			in, skip = io.NewSectionReader(f, skip, 1<<62), 0
+		}
 	}
 	br := bufio.NewReaderSize(countingReader{in, pl.prog}, 256<<10)
 	r, err := decompress(br)
 	if err != nil {
 		return fmt.Errorf("%s: %w", src.name, err)
+	}
+	pos := src.start // of the next byte read from r
+	if skip > 0 {
+		// a segment of a gzip input: decompress up to it
+		if _, err := io.CopyN(io.Discard, r, skip); err != nil {
+			return fmt.Errorf("%s: %w", src.name, err)
+		}
+	}
+	if src.end >= 0 {
+		r = io.LimitReader(r, src.end-pos)
 	}
 	carry := make([]byte, 0, chunkSize)
 	line := int64(1)
@@ -286,8 +314,10 @@ func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *ba
 			return nil
 		}
 		b.buf = append(b.buf[:0], carry...)
+		b.off = pos - int64(len(carry))
 		n, err := io.ReadFull(r, b.buf[len(b.buf):chunkSize])
 		b.buf = b.buf[:len(b.buf)+n]
+		pos += int64(n)
 		eof := err == io.EOF || err == io.ErrUnexpectedEOF
 		if err != nil && !eof {
 			// A damaged file (a gzip checksum, a read error) keeps what was
@@ -303,6 +333,7 @@ func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *ba
 		if skipping {
 			if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
 				data, skipping = data[nl+1:], false
+				b.off += int64(nl + 1)
 				line++
 			} else {
 				data = data[:0]

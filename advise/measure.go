@@ -12,13 +12,12 @@ import (
 // put every percentile at zero). The same for (key, minute). Seconds and
 // minutes are whole UTC seconds and minutes of the log's timestamps.
 //
-// Per key and class the advisor holds a ring of the last ringSeconds
-// seconds' counts, so lines that arrive slightly out of order (servers log
-// at the end of a request) still land in their own second; a line older
-// than the ring is counted in the oldest second still open. When a second
-// leaves the ring its count goes into the class's histogram, and into the
-// key's count of the current minute. A key silent for a whole minute is
-// dropped, so memory follows the keys active at once, not the log's size.
+// Records reach the counting in time order (see reorder.go), so per key
+// and class the advisor holds the count of the key's current second and
+// of its current minute. When the key's next second begins, the count
+// goes into the class's histogram and into the key's count of the
+// minute. A key silent for a whole minute is dropped, so memory follows
+// the keys active at once, not the log's size.
 //
 // Histograms map a count to its frequency exactly (counts are small
 // integers), one per class and UTC hour, so that the window (the last
@@ -26,20 +25,14 @@ import (
 // of the log is known; hours that can no longer be in it are dropped as the
 // log advances.
 
-// ringSeconds is how far out of order a line may come and still be counted
-// in its own second: a power of two, so that slot is a mask.
-const ringSeconds = 8
-
-// slot is the index of second s in a key's ring, for any s, negative too.
-func slot(s int64) int64 { return s & (ringSeconds - 1) }
-
 // keyState is the open counts of one key in one class.
 type keyState struct {
-	top    int64 // newest second seen
+	top    int64 // second being counted
 	minute int64 // minute being summed, -1 for none
+	scount uint32
 	mcount uint32
-	slots  [ringSeconds]uint32 // count of second s in slots[slot(s)]
 	class  int32
+	sum    int32 // the key's summary over the window, in measurer.sums
 }
 
 // hist is an exact histogram of counts: dense for small counts, a map for
@@ -170,29 +163,58 @@ type measurer struct {
 	acc       []*classAcc
 	unmatched int64
 	requests  int64
+	ro        *reorder
+	seg       *segmenter // nil: the inputs are not cut into segments
+	perKey    bool
+	sumIndex  map[uint64]int32 // (class, key) → its summary in sums
+	sums      []keySum
 }
 
-func newMeasurer(cls *classes, window int64) *measurer {
-	return &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62}
+// newMeasurer returns a measurer of the last window seconds of the log
+// (0: all of it) that puts records back in time order within reorder
+// seconds. perKey keeps the summary of every key (see keys.go); a pass
+// that only finds the patterns does without.
+func newMeasurer(cls *classes, window, reorder int64, perKey bool) *measurer {
+	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, perKey: perKey}
+	if perKey {
+		m.sumIndex = make(map[uint64]int32)
+	} else {
+		m.sums = make([]keySum, 1) // every key shares one, unread
+	}
+	m.ro = newReorder(reorder, perKey, m.release)
+	return m
 }
 
-// classOf returns the class of r, or -1 when it has none.
-func classOf(cls *classes, b *batch, r *rec) int32 {
-	ep := r.policy
-	if cls.patterns != nil {
-		var ok bool
-		if ep, ok = cls.byHash[r.patHash]; !ok {
-			ep = cls.endpoint(b.bytes(r.pat))
-			if cls.byHash == nil || len(cls.byHash) >= 1<<16 {
-				cls.byHash = make(map[uint64]int32)
-			}
-			cls.byHash[r.patHash] = ep
+// knownEndpoint returns the endpoint of r when it is already known: its
+// policy with --config (-1: no policy matches it), or its pattern's
+// endpoint once registered. Otherwise -2: the pattern is registered when
+// its second is released, in time order (see reorder).
+func knownEndpoint(cls *classes, r *rec) int32 {
+	if cls.patterns == nil {
+		return r.policy
+	}
+	if ep, ok := cls.byHash[r.patHash]; ok {
+		return ep
+	}
+	return -2
+}
+
+// classOfItem returns the class of a released record, registering its
+// pattern if need be, or -1 when it has none (pass 2, a new pattern
+// that folds into no endpoint).
+func classOfItem(cls *classes, s *slotBuf, it *item) int32 {
+	ep := it.policy
+	if ep < 0 {
+		ep = cls.endpoint(s.bytes(it.pat))
+		if cls.byHash == nil || len(cls.byHash) >= 1<<16 {
+			cls.byHash = make(map[uint64]int32)
 		}
+		cls.byHash[it.patHash] = ep
 	}
 	if ep < 0 {
 		return -1
 	}
-	if r.auth {
+	if it.auth {
 		return ep*2 + 1
 	}
 	return ep * 2
@@ -217,37 +239,54 @@ func appendStateKey(dst []byte, class int32, key []byte) []byte {
 func (m *measurer) batch(b *batch) {
 	for i := range b.recs {
 		r := &b.recs[i]
-		class := classOf(m.cls, b, r)
-		if class < 0 {
+		ep := knownEndpoint(m.cls, r)
+		if ep == -1 {
 			m.unmatched++
 			continue
 		}
 		m.requests++
-		sec := r.time / 1e6
+		sec := floorSec(r.time)
 		if sec > m.maxSec {
 			m.maxSec = sec
 		}
 		if sec < m.minSec || m.minSec == 0 {
 			m.minSec = sec
 		}
-		if sec > m.clock {
-			m.clock = sec
-			if sec/60 > m.lastSweep {
-				m.lastSweep = sec / 60
-				m.sweep(false)
-			}
+		if m.seg != nil {
+			m.seg.note(b.file, b.off+int64(r.off), sec)
 		}
-		k := stateHash(class, r.keyHash)
+		m.ro.add(b, r, max(ep, -1))
+	}
+}
+
+// release counts the records of one second, released in time order.
+func (m *measurer) release(s *slotBuf) {
+	sec := s.sec
+	if sec > m.clock {
+		m.clock = sec
+		if sec/60 > m.lastSweep {
+			m.lastSweep = sec / 60
+			m.sweep(false)
+		}
+	}
+	for i := range s.items {
+		it := &s.items[i]
+		class := classOfItem(m.cls, s, it)
+		if class < 0 {
+			continue
+		}
+		k := stateHash(class, it.keyHash)
 		idx, ok := m.keys[k]
 		if !ok {
 			idx = m.newState(class, sec)
 			m.keys[k] = idx
+			if m.perKey {
+				m.states[idx].sum = m.summary(k, class, s.bytes(it.key))
+			}
 		}
-		m.count(&m.states[idx], sec)
-	}
-	if b.endOfFile {
-		m.sweep(true)
-		m.clock, m.lastSweep = 0, 0
+		st := &m.states[idx]
+		m.count(st, sec)
+		m.sums[st.sum].add(it.status, sec)
 	}
 }
 
@@ -266,26 +305,21 @@ func (m *measurer) newState(class int32, sec int64) int32 {
 	return int32(len(m.states) - 1)
 }
 
-// count adds one request of second sec to st.
+// count adds one request of second sec to st; sec is never older than
+// st's current second.
 func (m *measurer) count(st *keyState, sec int64) {
-	switch {
-	case sec > st.top:
-		lo, hi := st.top-ringSeconds+1, min(st.top, sec-ringSeconds)
-		for s := lo; s <= hi; s++ {
-			if c := st.slots[slot(s)]; c > 0 {
-				m.closeSecond(st, s, c)
-				st.slots[slot(s)] = 0
-			}
+	if sec != st.top {
+		if st.scount > 0 {
+			m.closeSecond(st, st.top, st.scount)
 		}
-		st.top = sec
-	case sec <= st.top-ringSeconds:
-		sec = st.top - ringSeconds + 1 // too late for its own second
+		st.top, st.scount = sec, 0
 	}
-	st.slots[slot(sec)]++
+	st.scount++
 }
 
 // closeSecond records the count of a finished second of st.
 func (m *measurer) closeSecond(st *keyState, s int64, c uint32) {
+	m.sums[st.sum].peakSec = max(m.sums[st.sum].peakSec, c)
 	acc := m.acc[st.class]
 	acc.hour(m.hourOf(s)).sec.add(c, 1)
 	if min := s / 60; min != st.minute {
@@ -297,6 +331,7 @@ func (m *measurer) closeSecond(st *keyState, s int64, c uint32) {
 
 func (m *measurer) closeMinute(st *keyState) {
 	if st.mcount > 0 {
+		m.sums[st.sum].peakMin = max(m.sums[st.sum].peakMin, st.mcount)
 		m.acc[st.class].hour(m.hourOf(st.minute*60)).min.add(st.mcount, 1)
 	}
 	st.mcount = 0
@@ -311,22 +346,20 @@ func (m *measurer) hourOf(s int64) int64 {
 
 // close flushes every open count of st.
 func (m *measurer) close(st *keyState) {
-	for s := st.top - ringSeconds + 1; s <= st.top; s++ {
-		if c := st.slots[slot(s)]; c > 0 {
-			m.closeSecond(st, s, c)
-			st.slots[slot(s)] = 0
-		}
+	if st.scount > 0 {
+		m.closeSecond(st, st.top, st.scount)
+		st.scount = 0
 	}
 	m.closeMinute(st)
 }
 
 // sweep drops the keys whose last minute is over (all of them when all is
-// set, at the end of a file) and the hours that can no longer be in the
+// set, at the end of the log) and the hours that can no longer be in the
 // window.
 func (m *measurer) sweep(all bool) {
 	for k, idx := range m.keys {
 		st := &m.states[idx]
-		if all || (st.top/60+1)*60+ringSeconds <= m.clock {
+		if all || (st.top/60+1)*60 <= m.clock {
 			m.close(st)
 			delete(m.keys, k)
 			m.free = append(m.free, idx)
@@ -371,6 +404,7 @@ func (m *measurer) windowStart() int64 {
 
 // result merges the hours of the window into one histogram per class.
 func (m *measurer) result() (sec, min []hist) {
+	m.ro.flush()
 	m.sweep(true)
 	first := m.windowStart() / 3600
 	sec, min = make([]hist, len(m.acc)), make([]hist, len(m.acc))

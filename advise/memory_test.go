@@ -84,8 +84,13 @@ func runChild(t *testing.T, args ...string) childRun {
 }
 
 // memoryOpts is the traffic of the memory tests: the same callers, so a
-// bigger file is a longer stretch of the same service.
-var memoryOpts = loggen.Options{Seed: 11, Format: loggen.Mixed}
+// bigger file is a longer stretch of the same service. The advisor keeps
+// a summary per (class, key) of the window, so its memory follows the
+// distinct callers, and the reorder buffer holds the traffic of its
+// window (60 s): at 300 requests per second from 500 keys and 2000 IPs,
+// the smaller log is minutes long and shows them all, so that what grows
+// between the two is the log alone.
+var memoryOpts = loggen.Options{Seed: 11, Format: loggen.Mixed, Users: 500, IPs: 2000, Rate: 300}
 
 // TestMemoryDoesNotGrowWithFileSize runs the advisor on a 10 MB log and
 // on one five times as large (2 and 10 MB under the race detector), and

@@ -9,7 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
 	"go.yaml.in/yaml/v3"
@@ -21,40 +21,51 @@ func writeJSON(w io.Writer, rep *Report) error {
 	return enc.Encode(rep)
 }
 
+// tableWidth is the most columns a line of the text report takes.
+const tableWidth = 120
+
+// writeTable writes the report for a terminal, every line within
+// tableWidth columns: one row per class with the figures an operator
+// decides on (the full distributions are in --json), then the keys the
+// replay hit hardest, the keys set apart, and the notes, wrapped.
 func writeTable(w io.Writer, rep *Report) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "read %s: %d lines, %d malformed", humanBytes(rep.Bytes), rep.Lines, rep.Malformed)
+	line := fmt.Sprintf("read %s: %d lines, %d malformed", humanBytes(rep.Bytes), rep.Lines, rep.Malformed)
 	if rep.Unmatched > 0 {
-		fmt.Fprintf(&b, ", %d matching no policy", rep.Unmatched)
+		line += fmt.Sprintf(", %d matching no policy", rep.Unmatched)
 	}
-	fmt.Fprintf(&b, "; %.1f s, %.0f MB/s\n", rep.MeasureSeconds, rep.MBPerSecond)
-	fmt.Fprintf(&b, "window %s: %s to %s\n", rep.Window, rep.WindowStart.Format("2006-01-02 15:04:05"), rep.WindowEnd.Format("2006-01-02 15:04:05 MST"))
+	line += fmt.Sprintf("; %.1f s, %.0f MB/s", rep.MeasureSeconds, rep.MBPerSecond)
+	wrap(&b, line, "")
+	wrap(&b, fmt.Sprintf("window %s: %s to %s", rep.Window, rep.WindowStart.Format("2006-01-02 15:04:05"), rep.WindowEnd.Format("2006-01-02 15:04:05 MST")), "")
 	for _, bad := range rep.MalformedExamples {
-		fmt.Fprintf(&b, "malformed %s:%d: %s: %q\n", bad.File, bad.Line, bad.Reason, bad.Text)
+		wrap(&b, fmt.Sprintf("malformed %s:%d: %s: %q", bad.File, bad.Line, bad.Reason, clip(bad.Text, 60)), "  ")
 	}
-	b.WriteString("\nper-key requests per second and per minute, over the (key, second) and (key, minute) pairs with traffic\n\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "POLICY\tMATCH\tCALLER\tREQUESTS\tKEYS\tKEY-SECONDS\tPER SECOND p50/p90/p99/max\tPER MINUTE p50/p90/p99/max\tBURSTY\tRATE\tBURST\tREJECTED\tREJECTED KEYS\t")
+	b.WriteString("\nper class: requests, callers, callers set apart; busiest minute and second per key (p99/max);\n")
+	b.WriteString("the proposal, and what its replay on this log rejected. Policy names and distributions: --json.\n\n")
+	const row = "%-34s %-4s %8s %7s %5s %10s %10s %7s %6s %14s %5s\n" // 120 columns
+	fmt.Fprintf(&b, row, "MATCH", "WHO", "REQUESTS", "KEYS", "APART", "MIN p99/mx", "SEC p99/mx", "RATE", "BURST", "REJECTED", "RKEYS")
 	for _, c := range rep.Classes {
-		flag := ""
-		if c.LowData {
-			flag = " (few samples)"
+		who := "anon"
+		if c.Caller == "authenticated" {
+			who = "auth"
 		}
-		rej, keys, seen := "-", "-", "-"
+		match := c.Match
+		if c.LowData {
+			match += " *"
+		}
+		rej, rkeys, seen := "-", "-", "-"
 		if c.Replay != nil {
 			seen = fmt.Sprintf("~%d", c.Replay.Keys)
-			rej = fmt.Sprintf("%d (%.2f%%)", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
-			keys = fmt.Sprint(c.Replay.RejectedKeys)
+			rej = fmt.Sprintf("%d %.1f%%", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
+			rkeys = fmt.Sprint(c.Replay.RejectedKeys)
 		} else if !c.InConfig {
 			rej = "not in config"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d%s\t%d/%d/%d/%d\t%d/%d/%d/%d\t%.1f (x%d)\t%s\t%d\t%s\t%s\t\n",
-			c.Policy, c.Match, c.Caller, c.PerSecond.Requests, seen, c.PerSecond.Samples, flag,
-			c.PerSecond.P50, c.PerSecond.P90, c.PerSecond.P99, c.PerSecond.Max,
-			c.PerMinute.P50, c.PerMinute.P90, c.PerMinute.P99, c.PerMinute.Max,
-			c.Proposal.Burstiness, c.Proposal.Multiplier, c.Rate, c.Proposal.Burst, rej, keys)
+		fmt.Fprintf(&b, row, clip(match, 34), who, clip(fmt.Sprint(c.PerSecond.Requests), 8), clip(seen, 7), clip(fmt.Sprint(c.Keys.SetApart), 5),
+			clip(fmt.Sprintf("%d/%d", c.PerMinute.P99, c.PerMinute.Max), 10), clip(fmt.Sprintf("%d/%d", c.PerSecond.P99, c.PerSecond.Max), 10),
+			clip(c.Rate, 7), clip(fmt.Sprint(c.Proposal.Burst), 6), clip(rej, 14), clip(rkeys, 5))
 	}
-	tw.Flush()
+	b.WriteString("(* few samples: fewer than --min-samples (key, second) samples)\n")
 	hit := false
 	for _, c := range rep.Classes {
 		if c.Replay == nil || len(c.Replay.Top) == 0 {
@@ -66,15 +77,78 @@ func writeTable(w io.Writer, rep *Report) error {
 		}
 		var parts []string
 		for _, k := range c.Replay.Top {
-			parts = append(parts, fmt.Sprintf("%s (%d)", k.Key, k.Rejected))
+			parts = append(parts, fmt.Sprintf("%s (%d)", clip(k.Key, 40), k.Rejected))
 		}
-		fmt.Fprintf(&b, "  %s %s: %s\n", c.Policy, c.Caller, strings.Join(parts, ", "))
+		wrap(&b, fmt.Sprintf("  %s %s: %s", c.Match, c.Caller, strings.Join(parts, ", ")), "      ")
+	}
+	apart := false
+	for _, c := range rep.Classes {
+		if len(c.Keys.WouldLimit) == 0 {
+			continue
+		}
+		if !apart {
+			b.WriteString("\nkeys set apart as ones the proposal would limit (they do not size it)\n")
+			apart = true
+		}
+		var parts []string
+		for _, k := range c.Keys.WouldLimit {
+			parts = append(parts, fmt.Sprintf("%s (%s: %d requests, %d errors, %d denied, busiest minute %d)", clip(k.Key, 40), k.Reason, k.Requests, k.Errors, k.Denied, k.PeakMinute))
+		}
+		more := ""
+		if n := c.Keys.SetApart - len(c.Keys.WouldLimit); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		wrap(&b, fmt.Sprintf("  %s %s: %s%s", c.Match, c.Caller, strings.Join(parts, ", "), more), "      ")
 	}
 	for _, n := range rep.Notes {
-		fmt.Fprintf(&b, "note: %s\n", n)
+		wrap(&b, "note: "+n, "      ")
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// clip shortens s to n columns, with an ellipsis in the middle, so that
+// both ends of a long pattern or key stay readable.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	head := (n - 1) / 2
+	return string(r[:head]) + "…" + string(r[len(r)-(n-1-head):])
+}
+
+// wrap writes text in lines of at most tableWidth columns, breaking at
+// spaces, continuation lines indented; a word longer than a line is
+// clipped.
+func wrap(b *bytes.Buffer, text, indent string) {
+	width := tableWidth
+	prefix := ""
+	for {
+		avail := width - utf8.RuneCountInString(prefix)
+		if utf8.RuneCountInString(text) <= avail {
+			b.WriteString(prefix + text + "\n")
+			return
+		}
+		r := []rune(text)
+		cut := strings.LastIndexByte(string(r[:avail+1]), ' ')
+		var head string
+		if cut <= 0 {
+			sp := strings.IndexByte(text, ' ')
+			if sp < 0 {
+				b.WriteString(prefix + clip(text, avail) + "\n")
+				return
+			}
+			head, text = clip(text[:sp], avail), text[sp+1:]
+		} else {
+			head, text = string(r[:avail+1])[:cut], strings.TrimLeft(text[cut:], " ")
+		}
+		b.WriteString(prefix + head + "\n")
+		if text == "" {
+			return
+		}
+		prefix = indent
+	}
 }
 
 func pct(a, b int64) float64 {
@@ -135,9 +209,9 @@ func buildConfig(rep *Report, mode string) configFile {
 func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
-	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 of per-key requests per second,\n",
+	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60,\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
-	b.WriteString("# burst = 5-10 x rate by burstiness. Review before enforcing; mode: shadow reports without rejecting.\n")
+	b.WriteString("# burst = the keys' busiest seconds within 5-10 x rate (see docs/advise.md). Review before enforcing;\n# mode: shadow reports without rejecting.\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(buildConfig(rep, mode)); err != nil {

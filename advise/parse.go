@@ -71,19 +71,27 @@ type fieldSpec struct {
 	rank uint8 // lower is preferred when a line has several fields of a kind
 }
 
+// defaultAnonymousUsers are user field values that name no one: a caller
+// logged with one of them is anonymous, keyed by address (compared
+// without case). Servers and frameworks write these for "not logged in";
+// taken as a user, each would make every anonymous caller one key.
+var defaultAnonymousUsers = []string{"-", "guest", "anonymous", "unknown", "none", "null", "nobody"}
+
 // parser reads log lines; one per goroutine.
 type parser struct {
-	fields  map[string]fieldSpec
-	scratch []byte // unescaped JSON strings of the current line
-	name    []byte // dotted name of the current JSON field
-	rank    [numFields]uint8
-	request []byte
+	anonymous [][]byte // user values that mean an anonymous caller
+	fields    map[string]fieldSpec
+	scratch   []byte // unescaped JSON strings of the current line
+	name      []byte // dotted name of the current JSON field
+	rank      [numFields]uint8
+	request   []byte
 }
 
 // newParser returns a parser for the default JSON field names, with
 // overrides: kind → names, which replace the defaults of that kind.
 func newParser(overrides map[fieldKind][]string) *parser {
 	p := &parser{fields: make(map[string]fieldSpec)}
+	p.setAnonymous(defaultAnonymousUsers)
 	for k := fieldKind(1); k < numFields; k++ {
 		names := defaultFields[k]
 		if o, ok := overrides[k]; ok {
@@ -96,6 +104,14 @@ func newParser(overrides map[fieldKind][]string) *parser {
 		}
 	}
 	return p
+}
+
+// setAnonymous sets the user values that mean an anonymous caller.
+func (p *parser) setAnonymous(users []string) {
+	p.anonymous = p.anonymous[:0]
+	for _, u := range users {
+		p.anonymous = append(p.anonymous, []byte(u))
+	}
 }
 
 // parseFieldOverrides reads KIND=NAME[,NAME...] flags, such as
@@ -129,6 +145,9 @@ func (p *parser) parse(line []byte, e *entry) error {
 		i++
 	}
 	line = line[i:]
+	// a byte order mark starts a file some Windows tools write, or a
+	// file concatenated after another
+	line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 	for len(line) > 0 && (line[len(line)-1] == '\r' || line[len(line)-1] == ' ') {
 		line = line[:len(line)-1]
 	}
@@ -144,11 +163,11 @@ func (p *parser) parse(line []byte, e *entry) error {
 	if err != nil {
 		return err
 	}
-	return finish(e)
+	return p.finish(e)
 }
 
 // finish checks and normalizes what a format parser found.
-func finish(e *entry) error {
+func (p *parser) finish(e *entry) error {
 	if e.time == 0 {
 		return errTime
 	}
@@ -158,18 +177,33 @@ func finish(e *entry) error {
 	if len(e.method) > 20 {
 		return errMethod
 	}
+	lower := false
 	for _, c := range e.method {
-		if c < 'A' || c > 'Z' {
+		if c >= 'a' && c <= 'z' {
+			lower = true
+		} else if c < 'A' || c > 'Z' {
 			return errMethod
 		}
+	}
+	if lower {
+		// ECS before 1.7 asked for http.request.method in lower case
+		off := len(p.scratch)
+		for _, c := range e.method {
+			p.scratch = append(p.scratch, c&^0x20)
+		}
+		e.method = p.scratch[off:]
 	}
 	e.path = stripURL(e.path)
 	if len(e.path) == 0 || e.path[0] != '/' {
 		return errPath
 	}
-	if len(e.user) == 1 && e.user[0] == '-' {
-		e.user = nil
+	for _, a := range p.anonymous {
+		if bytes.EqualFold(e.user, a) {
+			e.user = nil
+			break
+		}
 	}
+	e.ip = firstAddress(e.ip)
 	if len(e.ip) == 1 && e.ip[0] == '-' {
 		e.ip = nil
 	}
@@ -177,6 +211,19 @@ func finish(e *entry) error {
 		return errCaller
 	}
 	return nil
+}
+
+// firstAddress is the leftmost address of an X-Forwarded-For list
+// ("203.0.113.7, 10.0.0.1"), which servers behind a proxy log in place of
+// the client address: the client the first proxy saw. It is the address
+// the client claims, so a client that writes the header itself picks its
+// key; the gateway believes only what trusted proxies add (SPEC §4), which
+// a log does not say.
+func firstAddress(ip []byte) []byte {
+	if i := bytes.IndexByte(ip, ','); i >= 0 {
+		ip = bytes.TrimSpace(ip[:i])
+	}
+	return ip
 }
 
 // stripURL reduces an absolute URL to its path, and drops the query and
@@ -217,9 +264,23 @@ func (p *parser) parseCLF(b []byte, e *entry) error {
 		}
 		return t
 	}
-	e.ip = token()
-	token() // ident
+	// list reads a field that may be a comma-separated list with spaces
+	// (an X-Forwarded-For header logged as the client address)
+	list := func() []byte {
+		j := i
+		t := token()
+		for len(t) > 0 && t[len(t)-1] == ',' && i < len(b) && b[i] != '[' {
+			t = token()
+		}
+		return bytes.TrimRight(b[j:i], " ")
+	}
+	e.ip = list()
+	ident := list()
 	e.user = token()
+	if i < len(b) && b[i] != '[' {
+		// Apache's vhost_combined: "vhost:port host ident user [time] ..."
+		e.ip, e.user = ident, token()
+	}
 	if i >= len(b) || b[i] != '[' {
 		return errTime
 	}

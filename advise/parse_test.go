@@ -2,7 +2,6 @@ package advise
 
 import (
 	"bytes"
-	"hash/maphash"
 	"net/http"
 	"testing"
 	"time"
@@ -43,7 +42,7 @@ func TestParseLines(t *testing.T) {
 			t.Errorf("%s: %v", tc.line, err)
 			continue
 		}
-		if err := finish(&e); err != nil {
+		if err := p.finish(&e); err != nil {
 			t.Errorf("%s: finish: %v", tc.line, err)
 		}
 		if e.time != tc.time || string(e.method) != tc.method || string(e.path) != tc.path || string(e.ip) != tc.ip || string(e.user) != tc.user || e.status != tc.status {
@@ -153,7 +152,7 @@ func benchParse(b *testing.B, f loggen.Format) {
 	for _, l := range lines {
 		n += int64(len(l))
 	}
-	w := &lineWorker{p: newParser(nil), names: []string{"bench"}, seed: maphash.MakeSeed()}
+	w := &lineWorker{p: newParser(nil), names: []string{"bench"}}
 	bt := &batch{data: bytes.Join(lines, nil), firstLine: 1}
 	b.SetBytes(n)
 	b.ReportAllocs()
@@ -179,14 +178,14 @@ func FuzzBatch(f *testing.F) {
 	f.Add([]byte("1.2.3.4 - - [05/Jan/2026:00:00:00 +0000] \"GET /a HTTP/1.1\" 200 1\n{\"time\":1767571200,\"method\":\"GET\",\"path\":\"/b\",\"ip\":\"::1\"}\njunk\n\n"))
 	f.Add([]byte("1.2.3.4 - u [05/Jan/2026:00:00:09 +0000] \"GET /a/1 HTTP/1.1\" 200 1\n1.2.3.4 - u [05/Jan/2026:00:00:00 +0000] \"GET /a/2 HTTP/1.1\" 200 1"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		w := &lineWorker{p: newParser(nil), names: []string{"fuzz"}, seed: maphash.MakeSeed()}
+		w := &lineWorker{p: newParser(nil), names: []string{"fuzz"}}
 		b := &batch{data: data, firstLine: 1, endOfFile: true}
 		w.do(b)
 		if int64(len(b.recs))+b.malformed != b.lines {
 			t.Fatalf("%d records + %d malformed != %d lines", len(b.recs), b.malformed, b.lines)
 		}
 		cls := &classes{max: 3, patterns: make(map[string]int32)}
-		m := newMeasurer(cls, 7*86400)
+		m := newMeasurer(cls, 7*86400, defaultReorder, true)
 		m.batch(b)
 		sec, _ := m.result()
 		var n uint64

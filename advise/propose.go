@@ -67,6 +67,9 @@ type Proposal struct {
 	Burst      int64   `json:"burst"`
 	Burstiness float64 `json:"burstiness"`
 	Multiplier int64   `json:"multiplier"`
+	// Basis is the reading of the rule: keys (proposeByKeys, the default)
+	// or samples (propose, --statistic samples).
+	Basis string `json:"basis"`
 }
 
 func propose(sec, perMin Dist) Proposal {
@@ -81,5 +84,5 @@ func propose(sec, perMin Dist) Proposal {
 	b = math.Max(1, math.Min(60, b))
 	k := int64(math.Round(5 + 5*math.Log(b)/math.Log(60)))
 	k = max(5, min(10, k))
-	return Proposal{Rate: rate, Burst: k * int64(rate), Burstiness: b, Multiplier: k}
+	return Proposal{Rate: rate, Burst: k * int64(rate), Burstiness: b, Multiplier: k, Basis: "samples"}
 }

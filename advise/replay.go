@@ -21,10 +21,13 @@ type replayer struct {
 	rejected []int64
 	byKey    []map[string]int64 // rejected requests per key, by class
 	keys     []*distinct        // distinct keys, by class
+	ro       *reorder
 }
 
-func newReplayer(cls *classes, start int64, rules [][]sluice.Rule) *replayer {
-	return &replayer{
+// newReplayer returns a replayer of rules (by class) over the records
+// from second start on, put back in time order within reorder seconds.
+func newReplayer(cls *classes, start, reorder int64, rules [][]sluice.Rule) *replayer {
+	rp := &replayer{
 		cls:      cls,
 		start:    start,
 		rules:    rules,
@@ -34,41 +37,57 @@ func newReplayer(cls *classes, start int64, rules [][]sluice.Rule) *replayer {
 		byKey:    make([]map[string]int64, len(rules)),
 		keys:     make([]*distinct, len(rules)),
 	}
+	rp.ro = newReorder(reorder, true, rp.release)
+	return rp
 }
 
 func (rp *replayer) batch(b *batch) {
 	for i := range b.recs {
 		r := &b.recs[i]
-		if r.time/1e6 < rp.start {
-			continue
+		if ep := knownEndpoint(rp.cls, r); ep != -1 {
+			rp.ro.add(b, r, max(ep, -1))
 		}
-		class := classOf(rp.cls, b, r)
+	}
+}
+
+// release replays the records of one second, in time order.
+func (rp *replayer) release(s *slotBuf) {
+	if s.sec < rp.start {
+		return
+	}
+	for i := range s.items {
+		it := &s.items[i]
+		class := classOfItem(rp.cls, s, it)
 		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil {
 			continue
 		}
-		if m := r.time / 60e6; m > rp.lastSw {
+		if m := it.time / 60e6; m > rp.lastSw {
 			// a bucket full again is the same as no bucket: drop them
-			rp.store.Sweep(r.time)
+			rp.store.Sweep(it.time)
 			rp.lastSw = m
 		}
 		rp.requests[class]++
 		if rp.keys[class] == nil {
 			rp.keys[class] = new(distinct)
 		}
-		rp.keys[class].add(r.keyHash)
-		rp.keybuf = appendStateKey(rp.keybuf[:0], class, b.bytes(r.key))
+		rp.keys[class].add(it.keyHash)
+		key := s.bytes(it.key)
+		rp.keybuf = appendStateKey(rp.keybuf[:0], class, key)
 		// memstore copies a key it keeps, so a view of keybuf is enough.
-		key := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))
-		res := rp.store.CheckAt(sluice.Request{Key: key, Cost: 1, Rules: rp.rules[class]}, r.time)
+		k := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))
+		res := rp.store.CheckAt(sluice.Request{Key: k, Cost: 1, Rules: rp.rules[class]}, it.time)
 		if !res.Allowed {
 			rp.rejected[class]++
 			if rp.byKey[class] == nil {
 				rp.byKey[class] = make(map[string]int64)
 			}
-			rp.byKey[class][string(b.bytes(r.key))]++
+			rp.byKey[class][string(key)]++
 		}
 	}
 }
+
+// finish replays what the reorder buffer still holds.
+func (rp *replayer) finish() { rp.ro.flush() }
 
 // KeyCount is a caller and how many of its requests were rejected.
 type KeyCount struct {

@@ -2,7 +2,6 @@ package advise
 
 import (
 	"fmt"
-	"hash/maphash"
 	"io"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ type Report struct {
 	Malformed         int64           `json:"malformed"`
 	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
+	Order             Order           `json:"order"`
 	Window            string          `json:"window"`
 	WindowStart       time.Time       `json:"window_start"`
 	WindowEnd         time.Time       `json:"window_end"`
@@ -48,8 +48,35 @@ type ClassReport struct {
 	// Histogram is the per-second distribution: each count with its
 	// number of (key, second) samples, by increasing count.
 	Histogram []Bin `json:"per_second_histogram"`
+	// Keys is the per-key view: how many callers, which size the
+	// proposal, and those set apart as ones it would limit.
+	Keys KeyStats `json:"keys"`
 
 	class int32
+}
+
+// Order is how out of order the input was, and what the advisor did
+// about it (see reorder.go). It describes the input, not the traffic: the
+// same lines in another order give the same report but this.
+type Order struct {
+	// ReorderSeconds is the reorder window of the final measurement: a
+	// line at most this much older than the newest line before it is
+	// counted in its own second.
+	ReorderSeconds int64 `json:"reorder_window_seconds"`
+	// MaxLagSeconds is the most a line came behind the newest line
+	// before it, as the files were given (0 for standard input, not
+	// measured).
+	MaxLagSeconds int64 `json:"max_lag_seconds"`
+	// Segments is how many stretches the files were cut into where a line
+	// came more than 15 minutes behind (rotated files concatenated newest
+	// first).
+	Segments int `json:"segments,omitempty"`
+	// Reread is set when the files were measured a second time, their
+	// segments oldest first, with a window sized from the first reading.
+	Reread bool `json:"reread,omitempty"`
+	// Late is the number of lines the final window could not absorb;
+	// each was counted in the oldest second still open.
+	Late int64 `json:"late"`
 }
 
 // ReplayStats is what the proposal would have done to the class.
@@ -106,9 +133,11 @@ func Run(o Options) (*Report, error) {
 	} else {
 		cls.patterns = make(map[string]int32)
 	}
-	seed := maphash.MakeSeed()
 	newWork := func() func(*batch) {
-		w := &lineWorker{p: newParser(o.Fields), names: names, seed: seed}
+		w := &lineWorker{p: newParser(o.Fields), names: names}
+		if o.AnonymousUsers != nil {
+			w.p.setAnonymous(o.AnonymousUsers)
+		}
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}
@@ -116,7 +145,7 @@ func Run(o Options) (*Report, error) {
 	}
 
 	var spool *os.File
-	if slices.Contains(names, "-") && !o.NoReplay {
+	if slices.Contains(names, "-") {
 		if spool, err = os.CreateTemp("", "sluice-advise-*.log"); err != nil {
 			return nil, fmt.Errorf("spooling standard input for the replay: %w", err)
 		}
@@ -127,7 +156,16 @@ func Run(o Options) (*Report, error) {
 	// Pass 1: measure.
 	prog := &progress{}
 	show := showProgress(o)
-	m := newMeasurer(cls, int64(o.Window/time.Second))
+	reorderWindow := int64(o.Reorder / time.Second)
+	if reorderWindow <= 0 {
+		reorderWindow = defaultReorder
+	}
+	// Without --config this pass finds the patterns; the routes pass below
+	// measures per key.
+	m := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, o.Config != "")
+	if !slices.Contains(names, "-") {
+		m.seg = &segmenter{}
+	}
 	t0 := time.Now()
 	stopBar := startBar(show, o.stderr, "measuring", prog, total)
 	pl := &pipeline{sources: srcs, stdin: o.stdin, spool: spool, newWork: newWork, prog: prog}
@@ -153,6 +191,41 @@ func Run(o Options) (*Report, error) {
 	if rep.MeasureSeconds > 0 {
 		rep.MBPerSecond = float64(rep.Bytes) / 1e6 / rep.MeasureSeconds
 	}
+	m.ro.flush()
+	rep.Order = Order{ReorderSeconds: reorderWindow, Late: m.ro.late}
+	replaySrcs := srcs
+	if m.seg != nil {
+		rep.Order.MaxLagSeconds = m.seg.maxLag
+		rep.Order.Segments = len(m.seg.segs)
+	}
+	if m.ro.late > 0 && m.seg != nil {
+		// Too far out of order for the window: read the segments again,
+		// oldest first, with a window that absorbs them.
+		if segs, w, ok := m.seg.plan(); ok {
+			planned := make([]source, len(segs))
+			for i, sg := range segs {
+				planned[i] = srcs[sg.file]
+				planned[i].start, planned[i].end = sg.start, sg.end
+			}
+			cls = freshClasses(cls, o.Config != "")
+			m2 := newMeasurer(cls, int64(o.Window/time.Second), w, o.Config != "")
+			t2 := time.Now()
+			stopBar := startBar(show, o.stderr, "measuring again, in time order", &progress{}, 0)
+			pl := &pipeline{sources: planned, newWork: newWork, prog: &progress{}}
+			err := pl.run(func(b *batch) error { m2.batch(b); return nil })
+			stopBar()
+			if err != nil {
+				return nil, err
+			}
+			m2.ro.flush()
+			rep.MeasureSeconds += time.Since(t2).Seconds()
+			m, replaySrcs, reorderWindow = m2, planned, w
+			rep.Order.Reread, rep.Order.ReorderSeconds, rep.Order.Late = true, w, m2.ro.late
+		}
+	}
+	if rep.Order.Late > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d lines came more than %d s behind the newest line before them: each was counted in the oldest second still open (widen --reorder-window, or give files rather than standard input)", rep.Order.Late, rep.Order.ReorderSeconds))
+	}
 	rep.Unmatched = m.unmatched
 	if m.requests == 0 {
 		return rep, fmt.Errorf("no request could be read from %s (%d lines, %d malformed)", strings.Join(names, ", "), rep.Lines, rep.Malformed)
@@ -160,65 +233,50 @@ func Run(o Options) (*Report, error) {
 	start := m.windowStart()
 	rep.WindowStart = time.Unix(max(start, m.minSec), 0).UTC()
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
-	secH, minH := m.result()
-
-	// Propose.
-	cls.frozen = true
-	names2 := policyNames(cls, o.Config != "")
-	for c := range secH {
-		ps := summarize(&secH[c])
-		if ps.Samples == 0 {
-			continue
-		}
-		ep := c / 2
-		cr := ClassReport{
-			Policy:    names2[ep],
-			Match:     cls.matches[ep],
-			Caller:    "anonymous",
-			PerSecond: ps,
-			PerMinute: summarize(&minH[c]),
-			LowData:   ps.Samples < uint64(o.MinSamples),
-			class:     int32(c),
-			Histogram: secH[c].bins(),
-		}
-		if c%2 == 1 {
-			cr.Caller = "authenticated"
-		}
-		cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
-		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
-		rep.Classes = append(rep.Classes, cr)
-	}
-	checkPatterns(rep, o.Config != "")
-	if o.Config != "" {
-		seen := make(map[string]bool)
-		for _, c := range rep.Classes {
-			seen[c.Policy] = true
-		}
-		for _, p := range policies {
-			if !seen[p.Name] {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s (%s) has no traffic in the window: left out of the configuration", p.Name, p.Match))
+	conflictNotes := len(rep.Notes)
+	proposeClasses(rep, m, cls, o.Config != "", policies, o)
+	if o.Config == "" {
+		// Measure again with the routes the configuration will have, as
+		// the gateway's ServeMux matches them, so that what --out-config
+		// writes governs exactly the requests it was sized on: advising
+		// again with it as --config gives the same classes and numbers.
+		policies = routes(rep)
+		if len(policies) > 0 {
+			if matcher, err = newPolicyMatcher(policies); err != nil {
+				return nil, fmt.Errorf("the proposed routes: %w", err)
 			}
+			cls = freshClasses(&classes{endpoints: policyNamesOf(policies), matches: matchesOf(policies)}, true)
+			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, true)
+			if spool != nil {
+				if _, err := spool.Seek(0, io.SeekStart); err != nil {
+					return nil, err
+				}
+			}
+			t3 := time.Now()
+			stopBar := startBar(show, o.stderr, "measuring the proposed routes", &progress{}, total)
+			pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
+			err := pl.run(func(b *batch) error { m3.batch(b); return nil })
+			stopBar()
+			if err != nil {
+				return nil, err
+			}
+			rep.MeasureSeconds += time.Since(t3).Seconds()
+			m = m3
+			rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			rep.Classes = nil
+			proposeClasses(rep, m, cls, true, policies, o)
+			rep.Unmatched = m.unmatched
 		}
 	}
-	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
-		if a.PerSecond.Requests != b.PerSecond.Requests {
-			if a.PerSecond.Requests > b.PerSecond.Requests {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Policy+a.Caller, b.Policy+b.Caller)
-	})
-
 	// Pass 2: replay.
 	if !o.NoReplay {
-		rules := make([][]sluice.Rule, len(secH))
+		rules := make([][]sluice.Rule, 2*len(cls.endpoints))
 		for _, c := range rep.Classes {
 			if c.InConfig {
 				rules[c.class] = []sluice.Rule{{Rate: c.Proposal.Rate, Burst: c.Proposal.Burst}}
 			}
 		}
-		rp := newReplayer(cls, start, rules)
+		rp := newReplayer(cls, start, reorderWindow, rules)
 		defer rp.store.Close()
 		if spool != nil {
 			if _, err := spool.Seek(0, io.SeekStart); err != nil {
@@ -228,12 +286,13 @@ func Run(o Options) (*Report, error) {
 		prog2 := &progress{}
 		t1 := time.Now()
 		stopBar := startBar(show, o.stderr, "replaying", prog2, total)
-		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: prog2}
+		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: prog2}
 		err := pl.run(func(b *batch) error {
 			prog2.lines.Add(b.lines)
 			rp.batch(b)
 			return nil
 		})
+		rp.finish()
 		stopBar()
 		if err != nil {
 			return nil, err
@@ -269,6 +328,125 @@ func Run(o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// proposeClasses fills rep.Classes from what m measured: a proposal per
+// class, the patterns that can go in the configuration, sorted busiest
+// first. fromConfig: the endpoints are the policies.
+func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, policies []configPolicy, o Options) {
+	secH, minH := m.result()
+	keysOf := m.classKeys(len(secH))
+	cls.frozen = true
+	names2 := policyNames(cls, fromConfig)
+	for c := range secH {
+		ps := summarize(&secH[c])
+		if ps.Samples == 0 {
+			continue
+		}
+		ep := c / 2
+		cr := ClassReport{
+			Policy:    names2[ep],
+			Match:     cls.matches[ep],
+			Caller:    "anonymous",
+			PerSecond: ps,
+			PerMinute: summarize(&minH[c]),
+			LowData:   ps.Samples < uint64(o.MinSamples),
+			class:     int32(c),
+			Histogram: secH[c].bins(),
+		}
+		if c%2 == 1 {
+			cr.Caller = "authenticated"
+		}
+		normal, limited := setApart(keysOf[c])
+		if o.Statistic == "samples" {
+			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
+			cr.Keys.Normal = len(normal)
+		} else {
+			cr.Proposal, cr.Keys = proposeByKeys(normal)
+		}
+		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
+		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
+		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
+		rep.Classes = append(rep.Classes, cr)
+	}
+	checkPatterns(rep, fromConfig)
+	for i := range rep.Classes {
+		if c := &rep.Classes[i]; m.perKey && c.InConfig && c.Proposal.Rate == 0 {
+			c.InConfig = false
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s callers are all set apart as abusive: no rule proposed", c.Match, c.Caller))
+		}
+	}
+	if fromConfig {
+		seen := make(map[string]bool)
+		for _, c := range rep.Classes {
+			seen[c.Policy] = true
+		}
+		for _, p := range policies {
+			if !seen[p.Name] {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s (%s) has no traffic in the window: left out of the configuration", p.Name, p.Match))
+			}
+		}
+	}
+	slices.SortStableFunc(rep.Classes, func(a, b ClassReport) int {
+		if a.PerSecond.Requests != b.PerSecond.Requests {
+			if a.PerSecond.Requests > b.PerSecond.Requests {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Policy+a.Caller, b.Policy+b.Caller)
+	})
+
+}
+
+// routes are the policies the configuration will have: the endpoints of
+// the classes that go in it, sorted by name as the configuration is.
+func routes(rep *Report) []configPolicy {
+	seen := make(map[string]bool)
+	var out []configPolicy
+	for _, c := range rep.Classes {
+		if c.InConfig && !seen[c.Policy] {
+			seen[c.Policy] = true
+			out = append(out, configPolicy{Name: c.Policy, Match: c.Match})
+		}
+	}
+	slices.SortFunc(out, func(a, b configPolicy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func policyNamesOf(ps []configPolicy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+func matchesOf(ps []configPolicy) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Match
+	}
+	return out
+}
+
+// countConflicts is how many of notes, from the front, are about patterns
+// left out for a conflict.
+func countConflicts(notes []string) int {
+	n := 0
+	for n < len(notes) && strings.Contains(notes[n], "is left out of the configuration") {
+		n++
+	}
+	return n
+}
+
+// freshClasses returns cls as it was before any record was read: the
+// configuration's policies, or no pattern yet.
+func freshClasses(cls *classes, fromConfig bool) *classes {
+	if fromConfig {
+		return &classes{max: cls.max, endpoints: cls.endpoints, matches: cls.matches}
+	}
+	return &classes{max: cls.max, patterns: make(map[string]int32)}
 }
 
 // policyNames names the endpoints: the configuration's policy names, or

@@ -3,6 +3,21 @@ package advise
 // Timestamps are parsed by hand: time.Parse allocates and is several times
 // slower than the rest of a line's parse.
 
+// daysIn is the number of days of month mo of year y: a date such as
+// 31/Feb is no date, and its line is malformed.
+func daysIn(y, mo int64) int64 {
+	switch mo {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
 // daysFromCivil is the number of days from 1970-01-01 to y-m-d in the
 // proleptic Gregorian calendar (Howard Hinnant's algorithm).
 func daysFromCivil(y, m, d int64) int64 {
@@ -70,7 +85,7 @@ func monthIndex(b []byte) int64 {
 
 // unixMicro assembles a UTC date and time (validated here) into Unix µs.
 func unixMicro(y, mo, d, h, mi, s, micro int64) (int64, bool) {
-	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 || y < 1970 || y > 9999 {
+	if mo < 1 || mo > 12 || d < 1 || d > daysIn(y, mo) || h > 23 || mi > 59 || s > 60 || y < 1970 || y > 9999 {
 		return 0, false
 	}
 	sec := daysFromCivil(y, mo, d)*86400 + h*3600 + mi*60 + s

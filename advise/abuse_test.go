@@ -1,0 +1,126 @@
+package advise
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/loggen"
+)
+
+// abuseEvents writes ordinary callers of GET /products/{id} over ten
+// minutes: 300 IPs, each a few requests a minute with an occasional burst
+// of 2 to 4 in one second. With abusers set, it adds a flood (20/s for 5
+// minutes, all answered 200), a scanner (2/s of 404s), a broken client
+// (1/s of 500s) and a caller already throttled upstream (1/s, a third 429).
+func abuseEvents(abusers bool) []loggen.Event {
+	rng := rand.New(rand.NewPCG(7, 7))
+	var evs []loggen.Event
+	for i := range 300 {
+		ip := fmt.Sprintf("10.1.%d.%d", i/200, i%200)
+		perMinute := 1 + rng.IntN(6)
+		for m := range 10 {
+			for range perMinute {
+				sec := t0 + int64(m*60+rng.IntN(60))
+				n := 1
+				if rng.IntN(10) == 0 {
+					n = 2 + rng.IntN(3)
+				}
+				for range n {
+					evs = append(evs, ev(sec, "GET", fmt.Sprintf("/products/%d", rng.IntN(1000)), ip, ""))
+				}
+			}
+		}
+	}
+	if !abusers {
+		return evs
+	}
+	for s := range int64(300) {
+		for range 20 {
+			evs = append(evs, ev(t0+60+s, "GET", "/products/1", "203.0.113.66", ""))
+		}
+		for k := range 2 {
+			e := ev(t0+s, "GET", fmt.Sprintf("/products/%d", 5000+2*s+int64(k)), "198.51.100.7", "")
+			e.Status = 404
+			evs = append(evs, e)
+		}
+		e := ev(t0+s, "GET", "/products/2", "192.0.2.50", "")
+		e.Status = 500
+		evs = append(evs, e)
+		e = ev(t0+s, "GET", "/products/3", "192.0.2.77", "")
+		if s%3 == 0 {
+			e.Status = 429
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// TestAbusersDoNotSetTheLimit: the proposal on a log with a flood, a
+// scanner, a broken client and a throttled caller among ordinary callers
+// is the proposal on the ordinary callers alone, and the four are listed
+// as keys it would limit, each with its reason.
+func TestAbusersDoNotSetTheLimit(t *testing.T) {
+	clean, err := Run(Options{Inputs: []string{writeEvents(t, "clean.log", abuseEvents(false))}, MaxClasses: 10, Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirty, err := Run(Options{Inputs: []string{writeEvents(t, "dirty.log", abuseEvents(true))}, MaxClasses: 10, Top: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := findClass(t, clean, "GET /products/{id}", "anonymous")
+	d := findClass(t, dirty, "GET /products/{id}", "anonymous")
+	if c.Proposal != d.Proposal || c.Rate != d.Rate {
+		t.Errorf("with abusers: %s burst %d %+v; without: %s burst %d %+v", d.Rate, d.Proposal.Burst, d.Keys, c.Rate, c.Proposal.Burst, c.Keys)
+	}
+	if d.Keys.Keys != 304 || d.Keys.Normal != 300 || d.Keys.SetApart != 4 || c.Keys.SetApart != 0 {
+		t.Errorf("keys %+v (clean %+v), want 304 keys, 300 normal, 4 set apart", d.Keys, c.Keys)
+	}
+	want := map[string]string{"203.0.113.66": reasonOutlier, "198.51.100.7": reasonErrors, "192.0.2.50": reasonErrors, "192.0.2.77": reasonDenied}
+	for _, k := range d.Keys.WouldLimit {
+		if want[k.Key] != k.Reason {
+			t.Errorf("%s set apart for %s, want %q", k.Key, k.Reason, want[k.Key])
+		}
+		delete(want, k.Key)
+	}
+	if len(want) > 0 {
+		t.Errorf("not set apart: %v", want)
+	}
+	if !slices.IsSortedFunc(d.Keys.WouldLimit, func(a, b LimitedKey) int { return int(b.Requests) - int(a.Requests) }) {
+		t.Errorf("would-limit list not by requests: %+v", d.Keys.WouldLimit)
+	}
+	// by the documented definition, on the ordinary callers alone
+	busiest := map[string]map[int64]uint32{}
+	for _, e := range abuseEvents(false) {
+		if busiest[e.IP] == nil {
+			busiest[e.IP] = map[int64]uint32{}
+		}
+		busiest[e.IP][e.Time/60e6]++
+	}
+	var peaks []uint32
+	for _, mins := range busiest {
+		var top uint32
+		for _, n := range mins {
+			top = max(top, n)
+		}
+		peaks = append(peaks, top)
+	}
+	slices.Sort(peaks)
+	p99 := nearestRank(peaks, 99)
+	if d.Keys.PeakMinuteP99 != p99 || d.Proposal.Rate != 2*float64(p99)/60 {
+		t.Errorf("peak-minute p99 %d, rate %v; by the definition %d and %v", d.Keys.PeakMinuteP99, d.Proposal.Rate, p99, 2*float64(p99)/60)
+	}
+	if lo, hi := int64(5*d.Proposal.Rate+0.999), int64(10*d.Proposal.Rate); d.Proposal.Burst < max(1, lo) || d.Proposal.Burst > max(1, lo, hi) {
+		t.Errorf("burst %d outside 5-10 x rate %v", d.Proposal.Burst, d.Proposal.Rate)
+	}
+	// the seed's reading, for contrast: there the flood sets the rate
+	s, err := Run(Options{Inputs: []string{writeEvents(t, "dirty2.log", abuseEvents(true))}, MaxClasses: 10, Statistic: "samples", NoReplay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := findClass(t, s, "GET /products/{id}", "anonymous").Proposal; sp.Rate < 40 {
+		t.Errorf("samples reading: rate %v; the flood's 20/s second was expected to set it", sp.Rate)
+	}
+}

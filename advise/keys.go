@@ -1,0 +1,224 @@
+package advise
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// Per key, the advisor keeps a summary of its traffic in each class over
+// the window: its requests, how many were errors or already denied, its
+// busiest second and its busiest minute. The proposal is read from these
+// (see proposeByKeys), so that each caller counts once, whatever its
+// volume, and abusive callers can be set apart instead of sizing the limit.
+// Memory follows the distinct (class, key) pairs of the window: about 100
+// bytes and the key each.
+
+// keySum is one key's traffic in one class.
+type keySum struct {
+	key      string
+	class    int32
+	requests uint32
+	errors   uint32 // answered 4xx or 5xx, 429 included
+	denied   uint32 // answered 429: already limited
+	peakSec  uint32 // its busiest whole second
+	peakMin  uint32 // its busiest whole minute
+	first    int64  // second of its first request counted
+}
+
+func (k *keySum) add(status uint16, sec int64) {
+	k.requests++
+	if status >= 400 && status < 600 {
+		k.errors++
+	}
+	if status == 429 {
+		k.denied++
+	}
+}
+
+// summary returns the index of the summary of (class, key) of hash h,
+// new or started afresh when all it held is before the window.
+func (m *measurer) summary(h uint64, class int32, key []byte) int32 {
+	if i, ok := m.sumIndex[h]; ok {
+		if m.sums[i].inWindow(m) {
+			return i
+		}
+		m.sums[i] = keySum{key: m.sums[i].key, class: class, first: m.clock}
+		return i
+	}
+	i := int32(len(m.sums))
+	m.sums = append(m.sums, keySum{key: string(key), class: class, first: m.clock})
+	m.sumIndex[h] = i
+	return i
+}
+
+// inWindow reports whether k started inside the window as it stands.
+func (k *keySum) inWindow(m *measurer) bool {
+	return m.window <= 0 || k.first >= m.windowStart() || k.requests == 0
+}
+
+// Reasons a key is set apart as one the proposal would limit.
+const (
+	reasonErrors  = "errors"  // most of its requests were answered 4xx or 5xx
+	reasonDenied  = "denied"  // a good share were answered 429 already
+	reasonOutlier = "outlier" // its busiest minute is far above the other keys'
+)
+
+// Thresholds of the abuse rules (docs/advise.md, "Callers set apart").
+const (
+	abuseMinRequests = 20  // fewer requests are never set apart: too little to judge
+	errorShare       = 0.5 // errors/requests at or above this
+	deniedShare      = 0.1 // 429s/requests at or above this
+	outlierFactor    = 10  // busiest minute above this many times the p90 of the others'
+	outlierMinMinute = 60  // and at least this many requests in it (1/s sustained)
+)
+
+// LimitedKey is a caller the proposal would limit, set apart from those
+// that size it.
+type LimitedKey struct {
+	Key        string `json:"key"`
+	Reason     string `json:"reason"` // errors, denied or outlier
+	Requests   uint32 `json:"requests"`
+	Errors     uint32 `json:"errors"`
+	Denied     uint32 `json:"denied"`
+	PeakMinute uint32 `json:"peak_minute"`
+	PeakSecond uint32 `json:"peak_second"`
+}
+
+// KeyStats is the per-key view of a class.
+type KeyStats struct {
+	Keys   int `json:"keys"`   // distinct callers in the window
+	Normal int `json:"normal"` // those that size the proposal
+	// PeakMinuteP99 is the p99 across normal keys of each key's busiest
+	// minute; the sustained rate is it / 60 per second.
+	PeakMinuteP99 uint32 `json:"peak_minute_p99"`
+	// PeakSecondP99 is the p99 of the busiest second of the normal keys
+	// whose sustained rate is within the proposed rate.
+	PeakSecondP99 uint32 `json:"peak_second_p99"`
+	// WouldLimit are the keys set apart, most requests first (at most
+	// --top; SetApart counts them all).
+	WouldLimit []LimitedKey `json:"would_limit,omitempty"`
+	SetApart   int          `json:"set_apart"`
+}
+
+// classKeys returns the summaries of the keys of each class in the window.
+func (m *measurer) classKeys(classes int) [][]*keySum {
+	out := make([][]*keySum, classes)
+	if !m.perKey {
+		return out
+	}
+	for i := range m.sums {
+		k := &m.sums[i]
+		if k.requests > 0 && k.inWindow(m) && int(k.class) < classes {
+			out[k.class] = append(out[k.class], k)
+		}
+	}
+	for _, ks := range out {
+		slices.SortFunc(ks, func(a, b *keySum) int { return cmp.Compare(a.key, b.key) })
+	}
+	return out
+}
+
+// setApart splits the keys of a class into those that size the proposal
+// and those it would limit. A key with at least abuseMinRequests requests
+// is set apart when half of them or more were errors (a scanner, a
+// credential stuffer, a broken client: its demand is not for the
+// service), when a tenth or more were already denied with 429, or when
+// its busiest minute is more than outlierFactor times the p90 of the
+// other keys' busiest minutes and at least outlierMinMinute (a flood).
+func setApart(keys []*keySum) (normal []*keySum, limited []LimitedKey) {
+	var rest []*keySum
+	for _, k := range keys {
+		reason := ""
+		switch {
+		case k.requests < abuseMinRequests:
+		case float64(k.errors) >= errorShare*float64(k.requests):
+			reason = reasonErrors
+		case float64(k.denied) >= deniedShare*float64(k.requests):
+			reason = reasonDenied
+		}
+		if reason != "" {
+			limited = append(limited, limitedKey(k, reason))
+			continue
+		}
+		rest = append(rest, k)
+	}
+	peaks := make([]uint32, len(rest))
+	for i, k := range rest {
+		peaks[i] = k.peakMin
+	}
+	slices.Sort(peaks)
+	p90 := nearestRank(peaks, 90)
+	for _, k := range rest {
+		if k.requests >= abuseMinRequests && k.peakMin >= outlierMinMinute && k.peakMin > outlierFactor*p90 {
+			limited = append(limited, limitedKey(k, reasonOutlier))
+			continue
+		}
+		normal = append(normal, k)
+	}
+	slices.SortStableFunc(limited, func(a, b LimitedKey) int {
+		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return normal, limited
+}
+
+func limitedKey(k *keySum, reason string) LimitedKey {
+	return LimitedKey{Key: k.key, Reason: reason, Requests: k.requests, Errors: k.errors, Denied: k.denied, PeakMinute: k.peakMin, PeakSecond: k.peakSec}
+}
+
+// nearestRank is the pct-th percentile of sorted values: the value of
+// rank ⌈pct/100 · n⌉; 0 when there are none.
+func nearestRank(sorted []uint32, pct int) uint32 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[max(0, (pct*len(sorted)+99)/100-1)]
+}
+
+// proposeByKeys is the proposal read across keys:
+//
+//	sustained rate of a key = its busiest minute / 60       (requests per second)
+//	rate  = 2 × p99 across normal keys of the sustained rate (a whole number per minute)
+//	peak  = p99 of the busiest second of the normal keys whose sustained rate is within rate
+//	burst = peak, clamped to [⌈5 × rate⌉, ⌊10 × rate⌋], at least 1
+//
+// A minute is the window of the sustained rate because it is long enough
+// that a burst spreads out in it (a caller that sends 30 requests in one
+// second and then nothing has a sustained rate of 0.5/s, not 30/s) and
+// short enough that a busy stretch is not averaged away; the burst is the
+// bucket that absorbs the busiest second. So a burst is counted once, in
+// the burst, and the rate says what a caller keeps up.
+func proposeByKeys(normal []*keySum) (Proposal, KeyStats) {
+	ks := KeyStats{Normal: len(normal)}
+	if len(normal) == 0 {
+		return Proposal{}, ks
+	}
+	mins := make([]uint32, len(normal))
+	for i, k := range normal {
+		mins[i] = k.peakMin
+	}
+	slices.Sort(mins)
+	ks.PeakMinuteP99 = nearestRank(mins, 99)
+	perMinute := 2 * float64(ks.PeakMinuteP99)
+	rate := perMinute / 60
+	var secs []uint32
+	for _, k := range normal {
+		if float64(k.peakMin) <= perMinute {
+			secs = append(secs, k.peakSec)
+		}
+	}
+	slices.Sort(secs)
+	ks.PeakSecondP99 = nearestRank(secs, 99)
+	lo := max(1, int64(math.Ceil(5*rate-1e-9)))
+	hi := max(lo, int64(math.Floor(10*rate+1e-9)))
+	burst := min(max(int64(ks.PeakSecondP99), lo), hi)
+	p := Proposal{Rate: rate, Burst: burst, Basis: "keys"}
+	if rate > 0 {
+		p.Multiplier = int64(math.Round(float64(burst) / rate))
+		p.Burstiness = float64(ks.PeakSecondP99) / rate
+	}
+	return p, ks
+}

@@ -1,0 +1,312 @@
+package advise
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// realLogs is where the real access logs are: ../shared/logs beside the
+// module, as CI lays it out, or $SLUICE_SHARED_LOGS. A test that needs them
+// fails when they are missing: they are the point of the test.
+func realLogs(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SLUICE_SHARED_LOGS")
+	if dir == "" {
+		root, err := filepath.Abs("..") // the package's parent is the module root
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+			t.Fatalf("module root %s has no go.mod: %v", root, err)
+		}
+		dir = filepath.Join(root, "..", "shared", "logs")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "apache_combined_2015.log")); err != nil {
+		t.Fatalf("the real logs are missing (%v): CI lays shared/ beside the clone; elsewhere set SLUICE_SHARED_LOGS to the directory holding them", err)
+	}
+	return dir
+}
+
+var realLogNames = []string{"apache_combined_2015.log", "nasa_jul95_first_hour.log"}
+
+// clfTime reads the timestamp of a CLF line, for sorting the test inputs.
+var clfTime = regexp.MustCompile(`\[(\d\d/\w\w\w/\d{4}:\d\d:\d\d:\d\d [-+]\d{4})\]`)
+
+func lineTime(t *testing.T, line string) time.Time {
+	t.Helper()
+	m := clfTime.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no CLF time in %q", line)
+	}
+	tm, err := time.Parse("02/Jan/2006:15:04:05 -0700", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+}
+
+func writeLines(t *testing.T, dir, name string, lines []string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(strings.TrimSuffix(l, "\n"))
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// reportOf runs the advisor on path and returns its report as JSON
+// without what describes the run rather than the traffic: the inputs,
+// the timings and how out of order the input was.
+func reportOf(t *testing.T, path string, o Options) []byte {
+	t.Helper()
+	return reportJSON(t, path, o, false)
+}
+
+// reportJSON is reportOf, without the notes as well when dropNotes is set.
+func reportJSON(t *testing.T, path string, o Options, dropNotes bool) []byte {
+	t.Helper()
+	o.Inputs = []string{path}
+	if o.MaxClasses == 0 {
+		o.MaxClasses = 200
+	}
+	if o.Top == 0 {
+		o.Top = 5
+	}
+	rep, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+	if dropNotes {
+		rep.Notes = nil
+	}
+	var b bytes.Buffer
+	if err := writeJSON(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestOrderDoesNotMatter: each real log as shipped (shuffled within a
+// minute, or nearly in order), sorted by time, and cut into rotated chunks
+// concatenated newest first (as `zcat access.log*` reads them) gives the
+// same report, replay and written configuration included.
+func TestOrderDoesNotMatter(t *testing.T) {
+	dir := realLogs(t)
+	for _, name := range realLogNames {
+		t.Run(name, func(t *testing.T) {
+			tmp := t.TempDir()
+			lines := readLines(t, filepath.Join(dir, name))
+			sorted := slices.Clone(lines)
+			slices.SortStableFunc(sorted, func(a, b string) int { return lineTime(t, a).Compare(lineTime(t, b)) })
+			o := Options{Window: 0, OutConfig: filepath.Join(tmp, "shipped.yaml")}
+			want := reportOf(t, filepath.Join(dir, name), o)
+			variants := map[string]string{"sorted": writeLines(t, tmp, "sorted.log", sorted)}
+			for _, n := range []int{2, 5, 13} {
+				var rotated []string
+				size := (len(lines) + n - 1) / n
+				for i := n - 1; i >= 0; i-- {
+					rotated = append(rotated, lines[i*size:min(len(lines), (i+1)*size)]...)
+				}
+				label := fmt.Sprintf("rotated-%02d", n)
+				variants[label] = writeLines(t, tmp, label+".log", rotated)
+			}
+			for label, path := range variants {
+				o.OutConfig = filepath.Join(tmp, label+".yaml")
+				got := reportOf(t, path, o)
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s: the report differs from the shipped file's:\n%s", label, firstDiff(want, got))
+				}
+				shippedCfg, _ := os.ReadFile(filepath.Join(tmp, "shipped.yaml"))
+				cfg, _ := os.ReadFile(o.OutConfig)
+				_, shippedCfg, _ = bytes.Cut(shippedCfg, []byte("\n")) // the first line names the input
+				_, cfg, _ = bytes.Cut(cfg, []byte("\n"))
+				if !bytes.Equal(cfg, shippedCfg) || len(cfg) == 0 {
+					t.Errorf("%s: the configuration differs from the shipped file's", label)
+				}
+			}
+			// the order the advisor saw, as it reports it
+			rep, err := Run(Options{Inputs: []string{variants["rotated-05"]}, MaxClasses: 200, NoReplay: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Order.Reread || rep.Order.Late != 0 || rep.Order.Segments < 5 {
+				t.Errorf("rotated in 5 chunks: order %+v, want read again in time order, no line late, 5 segments at least", rep.Order)
+			}
+		})
+	}
+}
+
+// firstDiff shows where two reports first differ.
+func firstDiff(a, b []byte) string {
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			lo := max(0, i-3)
+			return fmt.Sprintf("line %d:\nwant %s\ngot  %s", i+1, strings.Join(al[lo:i+1], "\n     "), strings.Join(bl[lo:i+1], "\n     "))
+		}
+	}
+	return fmt.Sprintf("%d and %d lines", len(al), len(bl))
+}
+
+// TestPuppetClassByDefinition holds the figures of one class of a real,
+// shuffled log against a computation written here from docs/advise.md: a
+// sample is one key's requests of the class in one whole UTC second (or
+// minute), and the pN is the sample of rank ⌈N/100 · samples⌉ in
+// increasing order.
+func TestPuppetClassByDefinition(t *testing.T) {
+	path := filepath.Join(realLogs(t), "apache_combined_2015.log")
+	line := regexp.MustCompile(`^(\S+) \S+ (\S+) \[([^\]]+)\] "(\S+) ([^ "?]*)[^"]*"`)
+	perSec, perMin := map[string]uint32{}, map[string]uint32{}
+	for _, l := range readLines(t, path) {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("unreadable line %q", l)
+		}
+		if m[2] != "-" || m[4] != "GET" || m[5] != "/blog/tags/puppet" {
+			continue
+		}
+		tm, err := time.Parse("02/Jan/2006:15:04:05 -0700", m[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		perSec[fmt.Sprint(m[1], tm.Unix())]++
+		perMin[fmt.Sprint(m[1], tm.Unix()/60)]++
+	}
+	nearestRank := func(counts map[string]uint32, pct int) uint32 {
+		var v []uint32
+		for _, c := range counts {
+			v = append(v, c)
+		}
+		slices.Sort(v)
+		return v[(pct*len(v)+99)/100-1]
+	}
+	rep, err := Run(Options{Inputs: []string{path}, MaxClasses: 200, NoReplay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := findClass(t, rep, "GET /blog/tags/puppet", "anonymous")
+	if c.PerSecond.Samples != uint64(len(perSec)) || c.PerSecond.P99 != nearestRank(perSec, 99) ||
+		c.PerSecond.P50 != nearestRank(perSec, 50) || c.PerSecond.P90 != nearestRank(perSec, 90) || c.PerSecond.Max != nearestRank(perSec, 100) {
+		t.Errorf("per second: advisor %+v; by the definition %d samples, p50/p90/p99/max %d/%d/%d/%d", c.PerSecond, len(perSec),
+			nearestRank(perSec, 50), nearestRank(perSec, 90), nearestRank(perSec, 99), nearestRank(perSec, 100))
+	}
+	if c.PerMinute.Samples != uint64(len(perMin)) || c.PerMinute.P99 != nearestRank(perMin, 99) {
+		t.Errorf("per minute: advisor %+v; by the definition %d samples, p99 %d", c.PerMinute, len(perMin), nearestRank(perMin, 99))
+	}
+	// the figures the README of the logs states, measured by another script
+	if len(perSec) != 475 || nearestRank(perSec, 99) != 2 {
+		t.Errorf("by the definition: %d samples, p99 %d; the logs' README says 475 and 2", len(perSec), nearestRank(perSec, 99))
+	}
+}
+
+// TestStdinOutOfOrder: standard input is read once, with the stated
+// window; lines further out of order are counted and reported, never
+// silently folded in.
+func TestStdinOutOfOrder(t *testing.T) {
+	lines := readLines(t, filepath.Join(realLogs(t), "apache_combined_2015.log"))
+	half := len(lines) / 2
+	rotated := strings.Join(append(slices.Clone(lines[half:]), lines[:half]...), "")
+	run := func(window string) *Report {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args := []string{"--json", "--no-replay", "--progress", "never", "--reorder-window", window, "-"}
+		if code := Command(args, strings.NewReader(rotated), &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		var rep Report
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return &rep
+	}
+	rep := run("60s")
+	if rep.Order.Late < int64(half)/2 || rep.Order.Reread || rep.Order.ReorderSeconds != 60 {
+		t.Errorf("order %+v: want most of the older half late, with the stated 60 s window", rep.Order)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool {
+		return strings.Contains(n, fmt.Sprintf("%d lines came more than 60 s behind", rep.Order.Late))
+	}) {
+		t.Errorf("no note of the late lines in %q", rep.Notes)
+	}
+	// the shuffle within each minute is wider than 8 s: more lines are late
+	if rep := run("8s"); rep.Order.Late <= run("60s").Order.Late {
+		t.Errorf("a narrower window counts %d lines late, no more than a wider one", rep.Order.Late)
+	}
+	if code := Command([]string{"--reorder-window", "1h", "-"}, strings.NewReader(""), io.Discard, io.Discard); code != 2 {
+		t.Errorf("--reorder-window 1h: exit %d, want 2 (at most 15m)", code)
+	}
+}
+
+// TestOrderAcrossFilesAndGzip: the rotated chunks of a real log as
+// separate files given in any order, and as one gzip stream of the
+// chunks newest first, give the report of the shipped file.
+func TestOrderAcrossFilesAndGzip(t *testing.T) {
+	path := filepath.Join(realLogs(t), "apache_combined_2015.log")
+	lines := readLines(t, path)
+	tmp := t.TempDir()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reportOf(t, path, Options{Window: 0})
+	const n = 4
+	size := (len(lines) + n - 1) / n
+	var files []string
+	var newestFirst bytes.Buffer
+	zw := gzip.NewWriter(&newestFirst)
+	for i := n - 1; i >= 0; i-- {
+		chunk := lines[i*size : min(len(lines), (i+1)*size)]
+		files = append(files, writeLines(t, tmp, fmt.Sprintf("access.log.%d", i), chunk))
+		for _, l := range chunk {
+			io.WriteString(zw, strings.TrimSuffix(l, "\n")+"\n")
+		}
+	}
+	zw.Close()
+	gz := filepath.Join(tmp, "all.log.gz")
+	if err := os.WriteFile(gz, newestFirst.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for label, inputs := range map[string][]string{"files newest first": files, "files shuffled": {files[2], files[0], files[3], files[1]}, "gzip": {gz}} {
+		rep, err := Run(Options{Inputs: inputs, MaxClasses: 200, Top: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Lines != int64(len(lines)) || rep.Order.Late != 0 {
+			t.Errorf("%s: %d lines, order %+v", label, rep.Lines, rep.Order)
+		}
+		rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+		rep.Bytes = st.Size() // the gzip file is smaller
+		var got bytes.Buffer
+		if err := writeJSON(&got, rep); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			t.Errorf("%s: the report differs from the shipped file's:\n%s", label, firstDiff(want, got.Bytes()))
+		}
+	}
+}
