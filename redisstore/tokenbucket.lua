@@ -54,6 +54,7 @@
 -- table, and checks of one rule unrolled (decideOne), with no tables.
 
 local tolerance = 1e-9 -- as in bucket.go: absorbs float64 rounding
+local max_us = 9007199254740992 -- 2^53 µs: MaxWait, where every wait saturates (micros)
 local ceil, min = math.ceil, math.min
 local pack, unpack_struct, rep, concat, call = struct.pack, struct.unpack, string.rep, table.concat, redis.call
 
@@ -118,6 +119,7 @@ for g = 1, #KEYS do
     local reset = 0
     if burst - tokens > 0 then
       reset = ceil((burst - tokens) / rate * 1e6)
+      if reset > max_us then reset = max_us end -- saturates (micros)
     end
     px = ceil(reset / 1000) + margin_ms
     cur = pack('<dd', tokens, last)
@@ -180,6 +182,7 @@ for g = 1, #KEYS do
       local left = rb[2 * i] - s[2 * i - 1]
       if left > 0 then
         local reset = ceil(left / rb[2 * i - 1] * 1e6)
+        if reset > max_us then reset = max_us end -- saturates (micros)
         if reset > longest then
           longest = reset
         end
