@@ -15,6 +15,8 @@
 // once; the in-memory store (package memstore) calls it directly and the
 // Redis store (package redisstore) runs a Lua script that mirrors it line by
 // line, held against it by a differential test.
+//
+// Limiter puts golang.org/x/time/rate's Allow and Wait on any Store.
 package sluice
 
 import (

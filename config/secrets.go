@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"os"
+	"strings"
 
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -58,6 +59,8 @@ func (v *validator) redisPassword() {
 			return
 		}
 		r.Password = Secret(secret)
+	case strings.HasPrefix(r.PasswordEnv, "$"):
+		v.fail("store.redis.password_env", "%q: want the variable's name without $, such as REDIS_PASSWORD", r.PasswordEnv)
 	case r.PasswordEnv != "":
 		secret, ok := os.LookupEnv(r.PasswordEnv)
 		if !ok || secret == "" {

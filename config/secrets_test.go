@@ -59,6 +59,7 @@ func TestRedisSecretsNeverInErrors(t *testing.T) {
 		{"file and env", redis + "    url: redis://h:1/0\n    password_file: redis.pw\n    password_env: HOME\n", "store.redis.password_env: set with password_file"},
 		{"missing file", redis + "    url: redis://h:1/0\n    password_file: nope.pw\n", "store.redis.password_file: cannot read the password"},
 		{"empty file", redis + "    url: redis://h:1/0\n    password_file: empty.pw\n", "empty.pw is empty"},
+		{"variable written with $", redis + "    url: redis://h:1/0\n    password_env: $REDIS_PW\n", `"$REDIS_PW": want the variable's name without $`},
 		{"unset variable", redis + "    url: redis://h:1/0\n    password_env: SLUICE_TEST_NOT_SET\n", "SLUICE_TEST_NOT_SET is not set or empty"},
 	} {
 		_, err := Parse("bad.yaml", dir, []byte(tc.data))

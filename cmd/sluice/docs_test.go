@@ -193,3 +193,43 @@ func stripComment(line string) string {
 	}
 	return line
 }
+
+// TestDocsStandAlone: no user-facing text refers to a SPEC document, which
+// is not part of the repository: the docs, the example configuration, the
+// godoc and the messages of every package outside the tests must stand on
+// their own.
+func TestDocsStandAlone(t *testing.T) {
+	spec := regexp.MustCompile(`\bSPEC\b`)
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "testdata", "results":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if strings.HasSuffix(name, "_test.go") || !(strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".md") ||
+			strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".lua") || name == "Makefile") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if spec.MatchString(line) {
+				t.Errorf("%s:%d: refers to SPEC, which readers do not have; say what it means here: %s", rel, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -112,5 +114,36 @@ func TestGenerateRefusesTerminal(t *testing.T) {
 	out, err = exec.Command(script, "-qec", binary+" advise generate --lines 3", "/dev/null").CombinedOutput()
 	if err != nil || strings.Count(string(out), "HTTP/1.1") != 3 {
 		t.Fatalf("advise generate --lines 3 on a terminal: %v\n%s", err, out)
+	}
+}
+
+// TestVersionRevisionFromVCS builds sluice from a clone of this checkout
+// with VCS stamping on and sees `sluice version` name the commit.
+func TestVersionRevisionFromVCS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds sluice once more, from a clone")
+	}
+	head, err := exec.Command("git", "-C", "../..", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	rev := strings.TrimSpace(string(head))
+	clone := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("git", "clone", "-q", "--no-checkout", "../..", clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("git", "-C", clone, "checkout", "-q", rev).CombinedOutput(); err != nil {
+		t.Fatalf("git checkout: %v\n%s", err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = clone
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.Contains(string(out), " revision "+rev) {
+		t.Fatalf("sluice version = %q, %v; want revision %s", out, err, rev)
 	}
 }
