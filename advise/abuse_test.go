@@ -115,6 +115,14 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	if lo, hi := int64(5*d.Proposal.Rate+0.999), int64(10*d.Proposal.Rate); d.Proposal.Burst < max(1, lo) || d.Proposal.Burst > max(1, lo, hi) {
 		t.Errorf("burst %d outside 5-10 x rate %v", d.Proposal.Burst, d.Proposal.Rate)
 	}
+	// with --keep-abusers the flood sizes the rate
+	k, err := Run(Options{Inputs: []string{writeEvents(t, "dirty3.log", abuseEvents(true))}, MaxClasses: 10, KeepAbusers: true, NoReplay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc := findClass(t, k, "GET /products/{id}", "anonymous"); kc.Keys.SetApart != 0 || kc.Keys.Normal != 304 || kc.Proposal.Rate <= d.Proposal.Rate {
+		t.Errorf("--keep-abusers: %s %+v, want every key sizing a higher rate than %s", kc.Rate, kc.Keys, d.Rate)
+	}
 	// the seed's reading, for contrast: there the flood sets the rate
 	s, err := Run(Options{Inputs: []string{writeEvents(t, "dirty2.log", abuseEvents(true))}, MaxClasses: 10, Statistic: "samples", NoReplay: true})
 	if err != nil {

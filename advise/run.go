@@ -357,7 +357,10 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 		if c%2 == 1 {
 			cr.Caller = "authenticated"
 		}
-		normal, limited := setApart(keysOf[c])
+		normal, limited := keysOf[c], []LimitedKey(nil)
+		if !o.KeepAbusers {
+			normal, limited = setApart(keysOf[c])
+		}
 		if o.Statistic == "samples" {
 			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
 			cr.Keys.Normal = len(normal)
