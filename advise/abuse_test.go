@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/loggen"
@@ -130,5 +131,30 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	}
 	if sp := findClass(t, s, "GET /products/{id}", "anonymous").Proposal; sp.Rate < 40 {
 		t.Errorf("samples reading: rate %v; the flood's 20/s second was expected to set it", sp.Rate)
+	}
+}
+
+// TestManyKeysBounded: past maxKeySums (lowered here), new callers share
+// one summary that sizes nothing, and the report says how many requests
+// that left out of the per-key proposal; the distributions still count
+// every request.
+func TestManyKeysBounded(t *testing.T) {
+	old := maxKeySums
+	maxKeySums = 100
+	defer func() { maxKeySums = old }()
+	var evs []loggen.Event
+	for i := range 1000 { // forged addresses, one request each
+		evs = append(evs, ev(t0+int64(i%50), "GET", "/x", fmt.Sprintf("10.9.%d.%d", i/250, i%250), ""))
+	}
+	rep, err := Run(Options{Inputs: []string{writeEvents(t, "many.log", evs)}, MaxClasses: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := findClass(t, rep, "GET /x", "anonymous")
+	if c.PerSecond.Requests != 1000 || c.Keys.Keys != 100 {
+		t.Errorf("requests %d, keys summarized %d; want 1000 and 100", c.PerSecond.Requests, c.Keys.Keys)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "900 requests of the callers past that") }) {
+		t.Errorf("notes %q", rep.Notes)
 	}
 }

@@ -235,6 +235,7 @@ func Run(o Options) (*Report, error) {
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
 	conflictNotes := len(rep.Notes)
 	proposeClasses(rep, m, cls, o.Config != "", policies, o)
+
 	if o.Config == "" {
 		// Measure again with the routes the configuration will have, as
 		// the gateway's ServeMux matches them, so that what --out-config
@@ -268,6 +269,10 @@ func Run(o Options) (*Report, error) {
 			rep.Unmatched = m.unmatched
 		}
 	}
+	if n := m.unsummarized(); n > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("more than %d distinct (class, caller) pairs: %d requests of the callers past that count in the distributions and the replay, but not in the per-key proposal", maxKeySums, n))
+	}
+
 	// Pass 2: replay.
 	if !o.NoReplay {
 		rules := make([][]sluice.Rule, 2*len(cls.endpoints))
