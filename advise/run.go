@@ -29,7 +29,7 @@ type Report struct {
 	Classes           []ClassReport   `json:"classes"`
 	Notes             []string        `json:"notes,omitempty"`
 	MeasureSeconds    float64         `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
-	MBPerSecond       float64         `json:"mb_per_second"` // of the first pass
+	MBPerSecond       float64         `json:"mb_per_second"`   // of the first pass
 	ReplaySeconds     float64         `json:"replay_seconds,omitempty"`
 }
 
