@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/loggen"
@@ -115,6 +116,14 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	if lo, hi := int64(5*d.Proposal.Rate+0.999), int64(10*d.Proposal.Rate); d.Proposal.Burst < max(1, lo) || d.Proposal.Burst > max(1, lo, hi) {
 		t.Errorf("burst %d outside 5-10 x rate %v", d.Proposal.Burst, d.Proposal.Rate)
 	}
+	// with --keep-abusers the flood sizes the rate
+	k, err := Run(Options{Inputs: []string{writeEvents(t, "dirty3.log", abuseEvents(true))}, MaxClasses: 10, KeepAbusers: true, NoReplay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc := findClass(t, k, "GET /products/{id}", "anonymous"); kc.Keys.SetApart != 0 || kc.Keys.Normal != 304 || kc.Proposal.Rate <= d.Proposal.Rate {
+		t.Errorf("--keep-abusers: %s %+v, want every key sizing a higher rate than %s", kc.Rate, kc.Keys, d.Rate)
+	}
 	// the seed's reading, for contrast: there the flood sets the rate
 	s, err := Run(Options{Inputs: []string{writeEvents(t, "dirty2.log", abuseEvents(true))}, MaxClasses: 10, Statistic: "samples", NoReplay: true})
 	if err != nil {
@@ -122,5 +131,30 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	}
 	if sp := findClass(t, s, "GET /products/{id}", "anonymous").Proposal; sp.Rate < 40 {
 		t.Errorf("samples reading: rate %v; the flood's 20/s second was expected to set it", sp.Rate)
+	}
+}
+
+// TestManyKeysBounded: past maxKeySums (lowered here), new callers share
+// one summary that sizes nothing, and the report says how many requests
+// that left out of the per-key proposal; the distributions still count
+// every request.
+func TestManyKeysBounded(t *testing.T) {
+	old := maxKeySums
+	maxKeySums = 100
+	defer func() { maxKeySums = old }()
+	var evs []loggen.Event
+	for i := range 1000 { // forged addresses, one request each
+		evs = append(evs, ev(t0+int64(i%50), "GET", "/x", fmt.Sprintf("10.9.%d.%d", i/250, i%250), ""))
+	}
+	rep, err := Run(Options{Inputs: []string{writeEvents(t, "many.log", evs)}, MaxClasses: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := findClass(t, rep, "GET /x", "anonymous")
+	if c.PerSecond.Requests != 1000 || c.Keys.Keys != 100 {
+		t.Errorf("requests %d, keys summarized %d; want 1000 and 100", c.PerSecond.Requests, c.Keys.Keys)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "900 requests of the callers past that") }) {
+		t.Errorf("notes %q", rep.Notes)
 	}
 }

@@ -88,6 +88,7 @@ type Options struct {
 	AnonymousUsers []string
 	NoReplay       bool
 	Statistic      string // keys (the default when empty) or samples: how the rule is read
+	KeepAbusers    bool   // no key is set apart: every caller sizes the proposal
 	Progress       string // auto, always or never
 
 	stdin  io.Reader
@@ -177,6 +178,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
 	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from their busiest seconds) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
+	fs.BoolVar(&o.KeepAbusers, "keep-abusers", false, "set no key apart: callers with mostly errors or 429s, and outliers, size the proposal too")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
 	rest := args

@@ -24,6 +24,7 @@ func TestFormats(t *testing.T) {
 		{"host:port", `gw.example.com:8080 - - [10/Oct/2000:13:55:36 -0700] "GET /a HTTP/1.0" 200 1`, "GET", "/a", "gw.example.com", false, 200},
 		{"X-Forwarded-For list", `203.0.113.7, 10.0.0.1, 10.0.0.2 - - [10/Oct/2000:13:55:36 -0700] "GET /a HTTP/1.0" 200 1`, "GET", "/a", "203.0.113.7", false, 200},
 		{"X-Forwarded-For list in JSON", `{"time":"2000-10-10T20:55:36Z","remote_addr":"198.51.100.2,10.0.0.1","method":"GET","path":"/j"}`, "GET", "/j", "198.51.100.2", false, 0},
+		{"X-Forwarded-For list led by unknown", `unknown, 198.51.100.9, 10.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET /a HTTP/1.0" 200 1`, "GET", "/a", "198.51.100.9", false, 200},
 		{"vhost_combined", `www.example.com:443 192.0.2.5 - - [10/Oct/2000:13:55:36 -0700] "GET /v HTTP/1.1" 301 0 "-" "curl/8"`, "GET", "/v", "192.0.2.5", false, 301},
 		{"vhost_combined with a user", `example.org:80 192.0.2.5 - carol [10/Oct/2000:13:55:36 -0700] "POST /v HTTP/1.1" 200 0 "-" "curl/8"`, "POST", "/v", "carol", true, 200},
 		{"ECS flat", `{"@timestamp":"2000-10-10T20:55:36.000Z","client.ip":"203.0.113.9","url.path":"/api/items","url.query":"a=1","http.request.method":"GET","http.response.status_code":200,"user.name":"alice"}`, "GET", "/api/items", "alice", true, 200},

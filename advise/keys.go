@@ -46,10 +46,31 @@ func (m *measurer) summary(h uint64, class int32, key []byte) int32 {
 		m.sums[i] = keySum{key: m.sums[i].key, class: class, first: m.clock}
 		return i
 	}
+	if len(m.sums) >= maxKeySums {
+		// Past the bound, new keys share one summary that sizes nothing:
+		// a flood of forged addresses does not exhaust memory.
+		if m.overflow < 0 {
+			m.overflow = int32(len(m.sums))
+			m.sums = append(m.sums, keySum{class: -1})
+		}
+		return m.overflow
+	}
 	i := int32(len(m.sums))
 	m.sums = append(m.sums, keySum{key: string(key), class: class, first: m.clock})
 	m.sumIndex[h] = i
 	return i
+}
+
+// maxKeySums bounds the (class, key) summaries of a run, about 100 bytes
+// each: 2 million is some 200 MB. A variable, for the test.
+var maxKeySums = 2_000_000
+
+// unsummarized is the number of requests of keys past maxKeySums.
+func (m *measurer) unsummarized() int64 {
+	if m.overflow < 0 {
+		return 0
+	}
+	return int64(m.sums[m.overflow].requests)
 }
 
 // inWindow reports whether k started inside the window as it stands.
@@ -109,7 +130,7 @@ func (m *measurer) classKeys(classes int) [][]*keySum {
 	}
 	for i := range m.sums {
 		k := &m.sums[i]
-		if k.requests > 0 && k.inWindow(m) && int(k.class) < classes {
+		if k.requests > 0 && k.inWindow(m) && k.class >= 0 && int(k.class) < classes {
 			out[k.class] = append(out[k.class], k)
 		}
 	}

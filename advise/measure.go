@@ -166,6 +166,7 @@ type measurer struct {
 	ro        *reorder
 	seg       *segmenter // nil: the inputs are not cut into segments
 	perKey    bool
+	overflow  int32            // the summary shared by keys past maxKeySums, -1 for none
 	sumIndex  map[uint64]int32 // (class, key) → its summary in sums
 	sums      []keySum
 }
@@ -175,7 +176,7 @@ type measurer struct {
 // seconds. perKey keeps the summary of every key (see keys.go); a pass
 // that only finds the patterns does without.
 func newMeasurer(cls *classes, window, reorder int64, perKey bool) *measurer {
-	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, perKey: perKey}
+	m := &measurer{cls: cls, window: window, keys: make(map[uint64]int32), maxSec: -1 << 62, perKey: perKey, overflow: -1}
 	if perKey {
 		m.sumIndex = make(map[uint64]int32)
 	} else {

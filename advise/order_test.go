@@ -310,3 +310,28 @@ func TestOrderAcrossFilesAndGzip(t *testing.T) {
 		}
 	}
 }
+
+// TestReorderWindowEdge: with a window of W seconds, a line exactly W
+// seconds older than the newest line before it counts in its own second;
+// one W+1 seconds older is late, counted in the oldest second still open.
+func TestReorderWindowEdge(t *testing.T) {
+	const w = 8
+	var got [][2]int64 // (second released, time of the record)
+	ro := newReorder(w, false, func(s *slotBuf) {
+		for _, it := range s.items {
+			got = append(got, [2]int64{s.sec, it.time / 1e6})
+		}
+	})
+	b := &batch{}
+	for _, sec := range []int64{100, 110, 110 - w, 110 - w - 1, 111, 105} {
+		ro.add(b, &rec{time: sec * 1e6, policy: 0}, 0)
+	}
+	ro.flush()
+	// 100 is released when 110 arrives (110-8 = 102 is then the oldest
+	// open second); 102 is exactly 8 s behind 110: its own second; 101 is
+	// 9 s behind: late, counted in 102
+	want := [][2]int64{{100, 100}, {102, 102}, {102, 102}, {105, 105}, {110, 110}, {111, 111}}
+	if fmt.Sprint(got) != fmt.Sprint(want) || ro.late != 1 {
+		t.Errorf("released %v, %d late; want %v and 1 late", got, ro.late, want)
+	}
+}

@@ -218,12 +218,25 @@ func (p *parser) finish(e *entry) error {
 // the client address: the client the first proxy saw. It is the address
 // the client claims, so a client that writes the header itself picks its
 // key; the gateway believes only what trusted proxies add (SPEC §4), which
-// a log does not say.
+// a log does not say. Entries that name no address ("unknown", "-", as
+// proxies write for a client they could not see) are passed over.
 func firstAddress(ip []byte) []byte {
-	if i := bytes.IndexByte(ip, ','); i >= 0 {
-		ip = bytes.TrimSpace(ip[:i])
+	if bytes.IndexByte(ip, ',') < 0 {
+		return ip
 	}
-	return ip
+	rest := ip
+	for len(rest) > 0 {
+		var e []byte
+		if i := bytes.IndexByte(rest, ','); i >= 0 {
+			e, rest = bytes.TrimSpace(rest[:i]), rest[i+1:]
+		} else {
+			e, rest = bytes.TrimSpace(rest), nil
+		}
+		if len(e) > 0 && !bytes.Equal(e, []byte("-")) && !bytes.EqualFold(e, []byte("unknown")) {
+			return e
+		}
+	}
+	return nil
 }
 
 // stripURL reduces an absolute URL to its path, and drops the query and

@@ -28,8 +28,8 @@ type Report struct {
 	WindowEnd         time.Time       `json:"window_end"`
 	Classes           []ClassReport   `json:"classes"`
 	Notes             []string        `json:"notes,omitempty"`
-	MeasureSeconds    float64         `json:"measure_seconds"`
-	MBPerSecond       float64         `json:"mb_per_second"` // of the first pass
+	MeasureSeconds    float64         `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
+	MBPerSecond       float64         `json:"mb_per_second"`   // of the first pass
 	ReplaySeconds     float64         `json:"replay_seconds,omitempty"`
 }
 
@@ -235,6 +235,7 @@ func Run(o Options) (*Report, error) {
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
 	conflictNotes := len(rep.Notes)
 	proposeClasses(rep, m, cls, o.Config != "", policies, o)
+
 	if o.Config == "" {
 		// Measure again with the routes the configuration will have, as
 		// the gateway's ServeMux matches them, so that what --out-config
@@ -268,6 +269,10 @@ func Run(o Options) (*Report, error) {
 			rep.Unmatched = m.unmatched
 		}
 	}
+	if n := m.unsummarized(); n > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("more than %d distinct (class, caller) pairs: %d requests of the callers past that count in the distributions and the replay, but not in the per-key proposal", maxKeySums, n))
+	}
+
 	// Pass 2: replay.
 	if !o.NoReplay {
 		rules := make([][]sluice.Rule, 2*len(cls.endpoints))
@@ -357,7 +362,10 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 		if c%2 == 1 {
 			cr.Caller = "authenticated"
 		}
-		normal, limited := setApart(keysOf[c])
+		normal, limited := keysOf[c], []LimitedKey(nil)
+		if !o.KeepAbusers {
+			normal, limited = setApart(keysOf[c])
+		}
 		if o.Statistic == "samples" {
 			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
 			cr.Keys.Normal = len(normal)
