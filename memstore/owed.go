@@ -34,8 +34,9 @@ import "github.com/sluicehq/sluice"
 //     can come back fuller than it was, by at most that debt, and only
 //     when its group overflowed.
 //
-// Memory: about 17 bytes per key of the cap (a group of four 16-byte cells
-// and a 72-byte merged record per eight keys).
+// Memory: a group (four 16-byte cells and a 72-byte merged record) per 4
+// to 8 keys of the cap, the number of groups a power of two: 17 to 34
+// bytes per key of the cap.
 type owed struct {
 	cells  []owedCell   // groups of owedWays; nil when the store has no cap
 	merged []owedMerged // one a group
