@@ -217,7 +217,7 @@ func (p *parser) finish(e *entry) error {
 // ("203.0.113.7, 10.0.0.1"), which servers behind a proxy log in place of
 // the client address: the client the first proxy saw. It is the address
 // the client claims, so a client that writes the header itself picks its
-// key; the gateway believes only what trusted proxies add (SPEC §4), which
+// key; the gateway believes only what trusted proxies add, which
 // a log does not say. Entries that name no address ("unknown", "-", as
 // proxies write for a client they could not see) are passed over.
 func firstAddress(ip []byte) []byte {

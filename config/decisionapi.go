@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// DecisionAPI places the decision API (POST /v1/check, SPEC §4). It has a
+// DecisionAPI places the decision API (POST /v1/check). It has a
 // listener of its own and is not served on the traffic listener unless
 // OnTrafficListener says so: there, anyone who can reach the proxy could
 // read and drain every caller's bucket.

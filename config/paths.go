@@ -9,7 +9,7 @@ import (
 )
 
 // Paths says how request paths are normalised before they are matched and
-// forwarded (SPEC §4; see httplimit.Paths).
+// forwarded (see httplimit.Paths).
 type Paths struct {
 	// Case is sensitive (the default) or insensitive, for upstreams that
 	// route without case, such as Express and ASP.NET.
@@ -51,7 +51,7 @@ func (v *validator) paths() {
 	v.catchAll()
 	for i, p := range c.Policies {
 		if why := abnormal(p.Match); why != "" {
-			v.fail(fmt.Sprintf("policies[%d].match", i), "%q holds %s, which no request does once normalised (SPEC §4: dot segments removed, repeated slashes merged, path parameters refused); write the path as it is served", p.Match, why)
+			v.fail(fmt.Sprintf("policies[%d].match", i), "%q holds %s, which no request does once normalised (dot segments removed, repeated slashes merged, path parameters refused); write the path as it is served", p.Match, why)
 		}
 	}
 	if c.Paths.Case != "insensitive" {

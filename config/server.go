@@ -5,8 +5,7 @@ import (
 	"time"
 )
 
-// Server bounds what one client can hold of the gateway (SPEC §4,
-// "Protection of its own"): how long a request may take to arrive, how
+// Server bounds what one client can hold of the gateway: how long a request may take to arrive, how
 // large it may be, how many requests are served at once on each listener,
 // and how long a paced request may be held. Every field has a safe
 // default; the timeouts and sizes apply to the traffic and decision

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// What is matched is what is served (SPEC §4): before a request is
+// What is matched is what is served: before a request is
 // matched, the limiter rewrites it into one normal form and passes that
 // form on to the next handler (the gateway forwards it to the upstream), so
 // no spelling of a path can be matched as one thing and served as another.

@@ -10,7 +10,7 @@ import (
 
 // forwardingHeaders are the request headers in which a client or a proxy
 // may claim who the client is or how it connected. Whatever a client wrote
-// in them is removed before the upstream sees the request (SPEC §4); only
+// in them is removed before the upstream sees the request; only
 // the chain of the header that trusted proxies write passes on, with this
 // hop added.
 var forwardingHeaders = []string{

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-// The gateway's protection of its own (SPEC §4): whatever a client does,
+// The gateway's protection of its own: whatever a client does,
 // it holds at most a bounded share of the process. Headers must arrive
 // within read_header_timeout and a whole request within read_timeout
 // (http.Server's own deadlines, set in newServer); bodies are bounded
