@@ -210,8 +210,9 @@ type Decision struct {
 	Reason Reason
 }
 
-// ByFailurePolicy reports whether the store did not take part in the
-// decision because it failed or the breaker was open.
+// ByFailurePolicy reports whether the store's answer did not decide: it
+// failed, its breaker was open, it was busy (Reason ReasonBusy), or it had
+// lost the bucket and the guard denied (ReasonForgotten).
 func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
 
 // Options configures a Store. The zero value is ready to use: decide
