@@ -51,9 +51,9 @@
 //     store (a Cluster master) a breaker of its own, so that one failing
 //     master does not stop the calls to the others.
 //
-//   - A guard. Every check the store allows is also taken from an
-//     in-process bucket at the full rule, charged only with what this
-//     instance admitted, with a deadline's refill and one token of slack
+//   - A guard. Every check this instance admits (the store allowed it, or
+//     the local bucket did) is also taken from an in-process bucket at the
+//     full rule, charged only with what this instance admitted, with a deadline's refill and one token of slack
 //     (its charges land later than the store's, by varying delays). One
 //     instance alone never admits more than that, so when the guard lacks
 //     the tokens the store claims, the store
@@ -714,6 +714,12 @@ func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause err
 	res, err := s.local.Check(ctx, local)
 	if err != nil {
 		return sluice.Result{}, Decision{Key: req.Key}, err
+	}
+	if res.Allowed && req.Cost > 0 {
+		// The guard counts what this instance admits, whoever decided:
+		// once the store answers again it does not hand out again what
+		// the local bucket gave while it could not.
+		_, _ = s.guarded(ctx, req)
 	}
 	res.DecidedBy = sluice.ByLocal
 	return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil
