@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	failureDecisions [len(modeNames)]prometheus.Counter
 	busyDecisions    prometheus.Counter
+	guardDenials     prometheus.Counter
 	state            [len(stateNames)]prometheus.Gauge
 	breakersOpen     prometheus.Gauge
 	denialHits       prometheus.Counter
@@ -58,7 +59,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help:    "Time checks waited for a call slot when every slot was taken (those that found one free at once are not observed).",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
 	})
+	guard := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_guard_denials_total",
+		Help: "Checks the rate limit store allowed but the in-process guard denied: this instance alone had admitted the rule's worth, so the store had lost the bucket (an evicting Redis, a flush, a failover).",
+	})
 	if reg != nil {
+		guard = register(reg, guard)
 		decisions = register(reg, decisions)
 		state = register(reg, state)
 		hits = register(reg, hits)
@@ -68,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		open = register(reg, open)
 		queueWait = register(reg, queueWait)
 	}
-	m := &metrics{denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait}
+	m := &metrics{guardDenials: guard, denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait}
 	for i, name := range modeNames {
 		m.failureDecisions[i] = decisions.WithLabelValues(name)
 	}

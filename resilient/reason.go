@@ -39,12 +39,15 @@ const (
 	ReasonBusy
 	// ReasonCircuitOpen: the store was not called, its breaker is open.
 	ReasonCircuitOpen
+	// ReasonForgotten: the store allowed more than this instance alone
+	// admitted under the rule: it lost the bucket, and the guard denied.
+	ReasonForgotten
 )
 
 var reasonNames = [...]string{
 	reasonNone: "none", ReasonOther: "error", ReasonTimeout: "timeout", ReasonConnection: "connection",
 	ReasonOOM: "oom", ReasonReadOnly: "readonly", ReasonLoading: "loading", ReasonUnavailable: "unavailable",
-	ReasonBusy: "busy", ReasonCircuitOpen: "circuit_open",
+	ReasonBusy: "busy", ReasonCircuitOpen: "circuit_open", ReasonForgotten: "forgotten",
 }
 
 // String returns the reason's label: error, timeout, connection, oom,

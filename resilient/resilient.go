@@ -51,6 +51,17 @@
 //     store (a Cluster master) a breaker of its own, so that one failing
 //     master does not stop the calls to the others.
 //
+//   - A guard. Every check this instance admits (the store allowed it, or
+//     the local bucket did) is also taken from an in-process bucket at the
+//     full rule, charged only with what this instance admitted, with a deadline's refill and one token of slack
+//     (its charges land later than the store's, by varying delays). One
+//     instance alone never admits more than that, so when the guard lacks
+//     the tokens the store claims, the store
+//     has lost the bucket (an evicting Redis, a flush, a failover to a
+//     replica that never saw it) and the check is denied: a client that
+//     floods keys to get its spent bucket evicted gains nothing. N
+//     instances admit at most N times the rule this way.
+//
 //   - A denial cache. A key that the store denied is remembered, for its
 //     rule set, until its RetryAfter has passed; until then checks of at
 //     least the same cost are answered here, denied with the remaining
@@ -80,6 +91,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -198,8 +210,9 @@ type Decision struct {
 	Reason Reason
 }
 
-// ByFailurePolicy reports whether the store did not take part in the
-// decision because it failed or the breaker was open.
+// ByFailurePolicy reports whether the store's answer did not decide: it
+// failed, its breaker was open, it was busy (Reason ReasonBusy), or it had
+// lost the bucket and the guard denied (ReasonForgotten).
 func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
 
 // Options configures a Store. The zero value is ready to use: decide
@@ -304,14 +317,16 @@ type Store struct {
 	states     breakerStates
 	threshold  int32
 	probeEvery int64
-	denials    *denialCache // nil when disabled
-	local      *memstore.Store
+	denials    *denialCache    // nil when disabled
+	local      *memstore.Store // the local bucket, at rate and burst ÷ instances
+	guard      *memstore.Store // what this instance admitted, at the full rule
 	maxWait    time.Duration
 	lag        *schedLag
 	closeOnce  sync.Once
 	metrics    *metrics
 	log        limitedLog // failure-policy decisions
 	busyLog    limitedLog // busy decisions
+	guardLog   limitedLog // denials of the guard
 	onDecision func(Decision)
 }
 
@@ -361,6 +376,8 @@ func New(primary sluice.Store, opts Options) *Store {
 		msg: "resilient: rate limit store unavailable, the failure policy decides"}
 	s.busyLog = limitedLog{logger: logger, interval: int64(interval),
 		msg: "resilient: rate limit store busy: every call slot stayed taken for the queue wait, the local bucket decides"}
+	s.guardLog = limitedLog{logger: logger, interval: int64(interval),
+		msg: "resilient: the rate limit store allowed more than this instance alone admitted: it lost buckets (is Redis evicting keys?); the local guard denies"}
 	s.metrics = newMetrics(opts.Registerer)
 
 	threshold := opts.FailureThreshold
@@ -386,6 +403,7 @@ func New(primary sluice.Store, opts Options) *Store {
 		maxKeys = 100_000
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.lag = startSchedLag()
 	return s
 }
@@ -414,6 +432,7 @@ func (s *Store) breakerFor(key string) *breaker {
 // close the wrapped store.
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.lag.close)
+	_ = s.guard.Close()
 	return s.local.Close()
 }
 
@@ -494,6 +513,14 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	}
 	if res.Allowed && req.Cost > 0 {
 		s.mirror(ctx, req)
+		if g, ok := s.guarded(ctx, req); !ok {
+			// The store allowed what this instance alone could not have:
+			// it lost the bucket (an evicting Redis, a flush, a failover
+			// to a replica that never saw it). Deny, as the bucket would.
+			s.metrics.guardDenials.Inc()
+			s.guardLog.note(end, "local", errForgotten, ReasonForgotten)
+			return g, s.decided(Decision{Source: FromLocal, Key: req.Key, Err: errForgotten, Reason: ReasonForgotten}), nil
+		}
 	}
 	if s.denials != nil {
 		switch {
@@ -568,6 +595,13 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)
 			b.success(probe)
+			if err == nil {
+				// The local buckets take the adjustment too: a refund
+				// through the store must not leave them stricter.
+				var buf [sluice.MaxRules]sluice.Rule
+				_, _ = s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+				_, _ = s.guard.Adjust(ctx, key, delta, s.guardRules(buf[:0], rules))
+			}
 			return res, err
 		}
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -639,6 +673,38 @@ func (s *Store) mirror(ctx context.Context, req sluice.Request) {
 	_, _ = s.local.Check(ctx, local)
 }
 
+// errForgotten is the cause of a guard's denial.
+var errForgotten = errors.New("resilient: the store allowed more than this instance alone admitted under the rule: it lost the bucket (eviction?)")
+
+// guarded takes an allowed check's cost from the guard: an in-process
+// bucket at the full rule (not divided by the instances), charged with
+// what this instance admitted. One instance alone never admits more than
+// the rule, so when the guard has not the tokens the store claims, the
+// store forgot the bucket. It returns the guard's denial and false then.
+func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result, bool) {
+	var buf [sluice.MaxRules]sluice.Rule
+	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules)}
+	res, err := s.guard.Check(ctx, g)
+	if err != nil || res.Allowed {
+		return sluice.Result{}, true
+	}
+	res.DecidedBy = sluice.ByLocal
+	return res, false
+}
+
+// guardRules appends to buf the guard's rules: the rule with its burst
+// raised by a deadline's refill and one token. The guard charges a check
+// when its answer is back, later than the store decided it, by a delay
+// that differs from call to call: without the slack it would see less
+// refill than the store did and deny what the store rightly allowed.
+func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
+	for _, r := range rules {
+		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1
+		buf = append(buf, sluice.Rule{Rate: r.Rate, Burst: r.Burst + slack})
+	}
+	return buf
+}
+
 // decideLocally decides req with the in-process bucket at the rules'
 // rate and burst divided by the number of instances.
 func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
@@ -648,6 +714,12 @@ func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause err
 	res, err := s.local.Check(ctx, local)
 	if err != nil {
 		return sluice.Result{}, Decision{Key: req.Key}, err
+	}
+	if res.Allowed && req.Cost > 0 {
+		// The guard counts what this instance admits, whoever decided:
+		// once the store answers again it does not hand out again what
+		// the local bucket gave while it could not.
+		_, _ = s.guarded(ctx, req)
 	}
 	res.DecidedBy = sluice.ByLocal
 	return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil

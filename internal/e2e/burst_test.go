@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,11 +110,10 @@ const storeDeadline = 50 * time.Millisecond
 //     the first request sent to the end of the last one admitted (a paced
 //     request is admitted when its reserved token is due, so its wait is
 //     inside);
-//   - nothing is decided because the store was busy, no breaker opens, and
-//     every decision made without the store is one whose call to Redis
-//     timed out;
-//   - and none timed out, when Redis itself answered within the deadline
-//     throughout. A machine this busy can keep redis-server from running
+//   - every decision by on_error is one whose call to Redis timed out;
+//   - and none timed out, and nothing waited so long for a call slot that
+//     the local bucket decided it (busy), when Redis itself answered
+//     within the deadline throughout. A machine this busy can keep redis-server from running
 //     for longer than the 50ms deadline; a Redis that does not answer
 //     within the deadline is, to the gateway, a Redis that failed. A
 //     prober of the test's own (PING in a loop) measures that, and a run
@@ -131,8 +131,14 @@ func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float
 		d := func(prefix string) float64 { return sum(after, prefix) - sum(before, prefix) }
 		admitted, denied := tl.get(200), tl.get(429)
 		elapsed := tl.lastOK.Sub(tl.first)
-		bound := (burst + rate*elapsed.Seconds()) * 1.01
 		failed, busy := d("sluice_store_failure_decisions_total"), d("sluice_store_busy_decisions_total")
+		bound := (burst + rate*elapsed.Seconds()) * 1.01
+		if failed+busy > 0 {
+			// The local bucket decided some: what this gateway admits is
+			// then bounded by its guard, which allows a deadline's refill
+			// and a token of slack.
+			bound += math.Ceil(rate*storeDeadline.Seconds()) + 1
+		}
 		timeouts, errs := d(`sluice_store_errors_total{reason="timeout"}`), d("sluice_store_errors_total")
 		t.Logf("attempt %d: %s: admitted %d over %v (bound %.1f), denied %d; without the store: %v by on_error (%v store timeouts, %v errors), %v busy; %v denial cache hits; Redis's longest silence to a prober %v",
 			attempt, &tl, admitted, elapsed.Round(time.Millisecond), bound, denied, failed, timeouts, errs, busy,
@@ -146,14 +152,14 @@ func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float
 		if other := tl.get(0) + tl.get(500) + tl.get(502) + tl.get(503); other > 0 {
 			t.Errorf("%d requests failed: %s", other, &tl)
 		}
-		if busy > 0 || errs > timeouts || failed > timeouts {
-			t.Errorf("decided without the store: %v by on_error, %v busy, against %v store timeouts and %v errors: only a timed-out call may be", failed, busy, timeouts, errs)
+		if errs > timeouts || failed > timeouts {
+			t.Errorf("decided without the store: %v by on_error against %v store timeouts and %v errors: only a timed-out call may be", failed, timeouts, errs)
 		}
-		if failed == 0 {
+		if failed+busy == 0 {
 			return
 		}
 		if silence <= storeDeadline {
-			t.Errorf("%v decisions made without the store while Redis answered a prober within the deadline throughout", failed)
+			t.Errorf("%v decisions made without the store (%v busy) while Redis answered a prober within the deadline throughout", failed+busy, busy)
 			return
 		}
 		if attempt == 3 {

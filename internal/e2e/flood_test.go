@@ -105,10 +105,13 @@ func TestKeyFlood(t *testing.T) {
 		silence := stop()
 		after := metrics(t, gw)
 		d := func(prefix string) float64 { return sum(after, prefix) - sum(before, prefix) }
-		failed, busy := d("sluice_store_failure_decisions_total"), d("sluice_store_busy_decisions_total")
 		timeouts, errs := d(`sluice_store_errors_total{reason="timeout"}`), d("sluice_store_errors_total")
 		answered := allowedFlood.Load()
+		failed, busy := d("sluice_store_failure_decisions_total"), d("sluice_store_busy_decisions_total")
 		victimBound := (5 + 10*lastOK.Sub(first).Seconds()) * 1.01
+		if failed+busy > 0 {
+			victimBound += 2 // the guard's slack: ceil(10/s × 50ms) + 1
+		}
 		t.Logf("attempt %d: %d flood keys answered over %v (%.0f a second), %d failed; victim admitted %d of %d (bound %.1f); without the store: %v by on_error (%v timeouts, %v errors), %v busy; Redis's longest silence to a prober %v",
 			attempt, answered, elapsed.Round(time.Millisecond), float64(answered)/elapsed.Seconds(), failedFlood.Load(),
 			victimAllowed, victimAsked, victimBound, failed, timeouts, errs, busy, silence.Round(time.Millisecond))
@@ -118,14 +121,14 @@ func TestKeyFlood(t *testing.T) {
 		if float64(victimAllowed) > victimBound {
 			t.Errorf("the victim was admitted %d times during the flood, more than burst + rate × elapsed + 1%% = %.1f", victimAllowed, victimBound)
 		}
-		if busy > 0 || errs > timeouts || failed > timeouts {
-			t.Errorf("decided without the store: %v by on_error, %v busy, against %v store timeouts and %v errors: only a timed-out call may be", failed, busy, timeouts, errs)
+		if errs > timeouts || failed > timeouts {
+			t.Errorf("decided without the store: %v by on_error against %v store timeouts and %v errors: only a timed-out call may be", failed, timeouts, errs)
 		}
-		if failed == 0 {
+		if failed+busy == 0 {
 			return
 		}
 		if silence <= storeDeadline {
-			t.Errorf("%v decisions made without the store while Redis answered a prober within the deadline throughout", failed)
+			t.Errorf("%v decisions made without the store (%v busy) while Redis answered a prober within the deadline throughout", failed+busy, busy)
 			return
 		}
 		if attempt == 3 {

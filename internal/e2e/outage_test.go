@@ -79,12 +79,15 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				}
 			case "local":
 				// Three local buckets of rate/3 and burst/3: together the
-				// global limit, not three times it.
+				// global limit, not three times it. Each starts where its
+				// gateway's traffic left it (every check Redis allowed took
+				// its tokens locally too): here spent, so the rate, plus
+				// at most the burst.
 				span := during.last.Sub(during.first).Seconds()
-				want := burst + rate*span
-				t.Logf("on_error local: %d admitted over %.2fs, the global limit allows %.0f", served, span, want)
-				if float64(served) > 1.1*want || float64(served) < 0.9*want {
-					t.Errorf("on_error local: admitted %d during the outage, want %.0f ± 10%%", served, want)
+				low, high := rate*span, burst+rate*span
+				t.Logf("on_error local: %d admitted over %.2fs, the global limit allows %.0f to %.0f", served, span, low, high)
+				if float64(served) > 1.1*high || float64(served) < 0.9*low {
+					t.Errorf("on_error local: admitted %d during the outage, want %.0f to %.0f ± 10%%", served, low, high)
 				}
 			}
 
@@ -112,10 +115,23 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			if back < 0 || back > 2*time.Second {
 				t.Errorf("limiting not back within a probe interval (1s) and a margin after Redis returned: %v", back)
 			}
-			// And Redis limits again: its restarted bucket runs out.
-			after := run(time.Second)
-			if after.get(429) == 0 || after.get(503) > 0 || float64(after.get(200)) > burst+rate*1.5 {
-				t.Errorf("after recovery: %s; want Redis limiting again", after)
+			// And Redis limits again: its restarted bucket runs out. A
+			// busy machine can keep Redis from answering one call within
+			// the deadline (a 503 under closed): measure again, up to three
+			// times, rather than take that for a Redis that is not back.
+			for attempt := 1; ; attempt++ {
+				after := run(time.Second)
+				elapsed := after.last.Sub(after.first).Seconds()
+				bound := (burst + rate*elapsed) * 1.01
+				t.Logf("after recovery, attempt %d: %s over %.2fs, bound %.0f", attempt, after, elapsed, bound)
+				limiting := after.get(429) > 0 && float64(after.get(200)) <= bound
+				if limiting && after.get(503) == 0 {
+					break
+				}
+				if !limiting || attempt == 3 {
+					t.Errorf("after recovery: %s; want Redis limiting again (admitted ≤ %.0f, no 503)", after, bound)
+					break
+				}
 			}
 		})
 	}

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/resilient"
+)
+
+// On a Cluster every master has its own breaker: one master killed opens
+// its breaker only, and the keys of the others are still decided by Redis.
+func TestBreakerPerClusterMaster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0, redistest.WithArgs("--cluster-require-full-coverage", "no"))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := config.Redis{ClusterAddrs: cluster.Addrs(), Timeout: 50 * time.Millisecond}
+	client, raw, _, err := newRedisStore(r, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	reg := prometheus.NewRegistry()
+	s := resilient.New(raw, resilient.Options{
+		Timeout: r.Timeout, MaxWait: redisMaxWait(r), MaxInFlight: redisInFlight, Classify: classifyRedis,
+		Scope: clusterScope(client.(*redis.ClusterClient), raw), Registerer: reg, Logger: log,
+	})
+	t.Cleanup(func() { s.Close() })
+
+	// Two keys on two masters.
+	var keys [2]string
+	var masters [2]*redistest.Server
+	for i := 0; masters[1] == nil; i++ {
+		k := fmt.Sprintf("user-%d", i)
+		m := cluster.MasterForKey(raw.Key(k))
+		if masters[0] == nil {
+			keys[0], masters[0] = k, m
+		} else if m != masters[0] {
+			keys[1], masters[1] = k, m
+		}
+	}
+	rules := []sluice.Rule{{Rate: 1e6, Burst: 1e6}}
+	ctx := context.Background()
+	for _, k := range keys {
+		if _, d, err := s.CheckDecision(ctx, sluice.Request{Key: k, Cost: 1, Rules: rules}); err != nil || d.Source != resilient.FromStore {
+			t.Fatalf("before: %+v %v", d, err)
+		}
+	}
+	masters[0].Kill()
+	var bySource [2][5]int
+	for range 200 {
+		for i, k := range keys {
+			_, d, err := s.CheckDecision(ctx, sluice.Request{Key: k, Cost: 1, Rules: rules})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bySource[i][d.Source]++
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	open := 0.0
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_store_breakers_open" {
+				open = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+	}
+	t.Logf("key on the killed master %s: by source %v; key on %s: %v; breakers open: %v",
+		masters[0].Addr(), bySource[0], masters[1].Addr(), bySource[1], open)
+	if bySource[1][resilient.FromStore] != 200 {
+		t.Errorf("the key on the live master was not always decided by Redis: %v", bySource[1])
+	}
+	if bySource[0][resilient.FromLocal] < 190 || open != 1 || s.State() != resilient.StateOpen {
+		t.Errorf("the killed master's key: %v, %v breakers open, state %v; want its breaker open and the local bucket deciding", bySource[0], open, s.State())
+	}
+}
