@@ -108,7 +108,7 @@ func startPlainGateway(t *testing.T, upstream, store, policies string) *gateway 
 func startGatewayBinary(t *testing.T, binary, upstream, store, policies string) *gateway {
 	t.Helper()
 	g := &gateway{traffic: freePort(t), admin: freePort(t), out: &syncBuffer{}}
-	cfg := fmt.Sprintf("listen: %s\nadmin_listen: %s\ndecision_api: {listen: 127.0.0.1:0}\nupstream: %s\n%s\n%s\n", g.traffic, g.admin, upstream, store, policies)
+	cfg := fmt.Sprintf("listen: %s\nadmin_listen: %s\ndecision_api: {listen: 127.0.0.1:0, on_traffic_listener: true}\nupstream: %s\n%s\n%s\n", g.traffic, g.admin, upstream, store, policies)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
