@@ -806,7 +806,10 @@ func (s *Store) decided(d Decision) Decision {
 func (s *Store) localRules(buf, rules []sluice.Rule, cost int64) []sluice.Rule {
 	for _, r := range rules {
 		burst := max(r.Burst/s.instances, 1, cost)
-		buf = append(buf, sluice.Rule{Rate: r.Rate / float64(s.instances), Burst: burst})
+		// The share refills within sluice.MaxRefillTime, as every valid
+		// rule does: a rule near that bound, divided, would not.
+		rate := max(r.Rate/float64(s.instances), float64(burst)/sluice.MaxRefillTime.Seconds())
+		buf = append(buf, sluice.Rule{Rate: rate, Burst: burst})
 	}
 	return buf
 }
