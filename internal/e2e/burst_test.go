@@ -152,18 +152,7 @@ func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float
 		if other := tl.get(0) + tl.get(500) + tl.get(502) + tl.get(503); other > 0 {
 			t.Errorf("%d requests failed: %s", other, &tl)
 		}
-		if errs > timeouts || failed > timeouts {
-			t.Errorf("decided without the store: %v by on_error against %v store timeouts and %v errors: only a timed-out call may be", failed, timeouts, errs)
-		}
-		if failed+busy == 0 {
-			return
-		}
-		if silence <= storeDeadline {
-			t.Errorf("%v decisions made without the store (%v busy) while Redis answered a prober within the deadline throughout", failed+busy, busy)
-			return
-		}
-		if attempt == 3 {
-			t.Logf("Redis did not answer within the deadline (%v) in any of %d runs on this machine: the zero-timeout assertion was not made", storeDeadline, attempt)
+		if judgeStoreDecisions(t, attempt, failed, busy, timeouts, errs, silence) {
 			return
 		}
 	}
@@ -199,4 +188,28 @@ func probeRedis(t *testing.T, srv *redistest.Server) func() time.Duration {
 		c.Close()
 		return time.Duration(longest.Load())
 	}
+}
+
+// judgeStoreDecisions checks what one attempt decided without the store
+// and reports whether the test is done: only a timed-out call may be
+// decided by on_error, and while Redis answered a prober within the
+// deadline throughout nothing may be decided without it. When Redis itself
+// was silent longer (a busy machine), the caller measures again, three
+// times at most.
+func judgeStoreDecisions(t *testing.T, attempt int, failed, busy, timeouts, errs float64, silence time.Duration) bool {
+	t.Helper()
+	if errs > timeouts || failed > timeouts {
+		t.Errorf("decided without the store: %v by on_error against %v store timeouts and %v errors: only a timed-out call may be", failed, timeouts, errs)
+	}
+	switch {
+	case failed+busy == 0:
+		return true
+	case silence <= storeDeadline:
+		t.Errorf("%v decisions made without the store (%v busy) while Redis answered a prober within the deadline throughout", failed+busy, busy)
+		return true
+	case attempt == 3:
+		t.Logf("Redis did not answer within the deadline (%v) in any of %d runs on this machine: the zero-timeout assertion was not made", storeDeadline, attempt)
+		return true
+	}
+	return false
 }
