@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+func droppedLines(t *testing.T, g *Gateway) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_access_log_dropped_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no sluice_access_log_dropped_total")
+	return 0
+}
+
+// TestAccessLogConcurrent: many clients at once (run it with -race); every
+// request is one whole JSON line, or counted as dropped.
+func TestAccessLogConcurrent(t *testing.T) {
+	g, traffic, _, logPath := accessGateway(t, "json", roundTripPolicies)
+	const clients, each = 16, 60
+	var wg sync.WaitGroup
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				path := fmt.Sprintf("/items/%d", i)
+				if i%3 == 0 {
+					path = "/search"
+				}
+				req, _ := http.NewRequest("GET", traffic.URL+path, nil)
+				if c%2 == 0 {
+					req.Header.Set("X-API-Key", "key-of-alice")
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	traffic.Close()
+	g.Close()
+	lines := readLines(t, logPath)
+	dropped := droppedLines(t, g)
+	if float64(len(lines))+dropped != clients*each {
+		t.Fatalf("%d lines + %v dropped, want %d requests", len(lines), dropped, clients*each)
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("a torn line: %v: %q", err, l)
+		}
+	}
+}
+
+// blockingWriter blocks every write until release is closed.
+type blockingWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	b       strings.Builder
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *blockingWriter) Close() error { return nil }
+
+// TestAccessLogDropsRatherThanBlocks: a writer that cannot keep up never
+// holds a request: what does not fit the queue is dropped and counted, and
+// what was queued is written on Close.
+func TestAccessLogDropsRatherThanBlocks(t *testing.T) {
+	out := &blockingWriter{release: make(chan struct{})}
+	a := &accessLog{
+		format:  config.AccessLogCombined,
+		file:    "test",
+		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"}),
+		queue:   make(chan accessEntry, 8),
+		reopen:  make(chan chan error),
+		done:    make(chan struct{}),
+		out:     out,
+		w:       bufio.NewWriterSize(out, 16), // every line reaches the blocked writer
+	}
+	go a.run()
+	const n = 1000
+	for i := 0; i < n; i++ {
+		a.add(accessEntry{method: "GET", path: "/", status: 200}) // returns at once, or the test hangs
+	}
+	close(out.release)
+	a.Close()
+	a.add(accessEntry{method: "GET", path: "/late"}) // after Close: dropped, no panic
+	var m dto.Metric
+	if err := a.dropped.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	written := strings.Count(out.b.String(), "\n")
+	dropped := int(m.GetCounter().GetValue())
+	if written+dropped != n+1 || dropped < n-8-1 || written == 0 {
+		t.Fatalf("written %d, dropped %d; want all %d accounted for, at most the queue and the line in hand written", written, dropped, n+1)
+	}
+}
+
+// TestAccessLogReopenOnReload: logrotate renames the file and sends
+// SIGHUP (Reload): the lines before go to the renamed file, the lines
+// after to a new file at the path.
+func TestAccessLogReopenOnReload(t *testing.T) {
+	g, traffic, cfgPath, logPath := accessGateway(t, "combined", roundTripPolicies)
+	get(t, traffic.URL, "/items/1", "", 3)
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	get(t, traffic.URL, "/items/2", "", 2)
+	// A reload whose file is broken still reopens: logrotate does not know.
+	if err := os.Rename(logPath, logPath+".2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte("policies: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reload(); err == nil {
+		t.Fatal("a broken configuration reloaded")
+	}
+	get(t, traffic.URL, "/items/3", "", 1)
+	traffic.Close()
+	g.Close()
+	old, mid, cur := readLines(t, logPath+".1"), readLines(t, logPath+".2"), readLines(t, logPath)
+	if len(old)+len(mid) != 5 || len(mid) < 2 || len(cur) != 1 {
+		t.Fatalf("%d, %d and %d lines in the files of the three rotations; want 5 in the first two, the last 2 of them in the second, and 1", len(old), len(mid), len(cur))
+	}
+	for _, l := range mid[len(mid)-2:] {
+		if !strings.Contains(l, "/items/2") {
+			t.Errorf("a line before the rotation in the new file: %s", l)
+		}
+	}
+	if !strings.Contains(cur[0], "/items/3") {
+		t.Errorf("the line after the broken reload: %s", cur[0])
+	}
+}
