@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-		"testing"
+	"testing"
 
 	"github.com/sluicehq/sluice/advise"
 	"github.com/sluicehq/sluice/config"
