@@ -11,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 func droppedLines(t *testing.T, g *Gateway) float64 {
@@ -166,5 +168,26 @@ func TestAccessLogReopenOnReload(t *testing.T) {
 	}
 	if !strings.Contains(cur[0], "/items/3") {
 		t.Errorf("the line after the broken reload: %s", cur[0])
+	}
+}
+
+// TestAccessLogDocExamples: the two example lines of docs/http.md are what
+// the gateway writes for those requests.
+func TestAccessLogDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/http.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 12, 3, 17, 5, 43, 250e6, time.UTC)
+	denied := accessEntry{start: start, duration: 1250 * time.Microsecond, client: "203.0.113.7", method: "GET", path: "/search", proto: "HTTP/1.1",
+		status: 429, bytes: 61, agent: "curl/8.5.0",
+		decision: httplimit.Decision{Path: "/search", Policy: "search", Class: "anonymous", Outcome: "denied", DecidedBy: "store"}}
+	allowed := denied
+	allowed.status, allowed.bytes = 200, 2
+	allowed.decision.Class, allowed.decision.Identity, allowed.decision.Outcome = "authenticated", "alice", "allowed"
+	for _, line := range []string{string(appendCombinedEntry(nil, &denied)), string(appendJSONEntry(nil, &allowed))} {
+		if !strings.Contains(string(doc), "\n"+line) {
+			t.Errorf("docs/http.md does not show the line the gateway writes:\n%s", line)
+		}
 	}
 }
