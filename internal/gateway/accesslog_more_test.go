@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 )
 
-func droppedLines(t *testing.T, g *Gateway) float64 {
+func droppedLines(t testing.TB, g *Gateway) float64 {
 	t.Helper()
 	mfs, err := g.reg.Gather()
 	if err != nil {
@@ -189,5 +189,25 @@ func TestAccessLogDocExamples(t *testing.T) {
 		if !strings.Contains(string(doc), "\n"+line) {
 			t.Errorf("docs/http.md does not show the line the gateway writes:\n%s", line)
 		}
+	}
+}
+
+// BenchmarkGatewayAccessLog is BenchmarkGateway without an access log and
+// with each format, and the share of lines dropped.
+func BenchmarkGatewayAccessLog(b *testing.B) {
+	for _, format := range []string{"off", "combined", "json"} {
+		b.Run(format, func(b *testing.B) {
+			up := benchUpstream()
+			defer up.Close()
+			yaml := "upstream: " + up.URL + "\npolicies:\n  - {name: products, match: \"GET /products/\", anonymous: [{rate: 1000000000/s, burst: 1000000000}]}\n"
+			if format != "off" {
+				yaml += "access_log: {path: access.log, format: " + format + "}\n"
+			}
+			g, gw, _ := newGatewayB(b, yaml)
+			benchProxy(b, gw.Config.Handler)
+			if g.accessLog != nil {
+				b.ReportMetric(droppedLines(b, g)/float64(b.N), "dropped/op")
+			}
+		})
 	}
 }
