@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluicehq/sluice/advise"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -209,5 +211,50 @@ func BenchmarkGatewayAccessLog(b *testing.B) {
 				b.ReportMetric(droppedLines(b, g)/float64(b.N), "dropped/op")
 			}
 		})
+	}
+}
+
+// TestAccessLogHostileValues: what a client chooses (its identity's
+// name, user agent, referer) can neither end a field nor a line; the
+// combined line keeps its shape and the JSON line decodes to the values.
+func TestAccessLogHostileValues(t *testing.T) {
+	e := accessEntry{start: time.Unix(1e9, 0), client: "2001:db8::1", method: "GET", path: "/a%20b/%22c", proto: "HTTP/1.1", status: 200,
+		agent: "x\" \"y\\\x01\xff\u00e9", referer: "\"] [", decision: httplimit.Decision{Policy: "p", Class: "authenticated", Identity: "bob \"the\" [admin]\\", Outcome: "allowed"}}
+	line := string(appendCombinedEntry(nil, &e))
+	if strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "\n") {
+		t.Fatalf("not one line: %q", line)
+	}
+	f := combinedLine.FindStringSubmatch(strings.TrimSuffix(line, "\n"))
+	if f == nil {
+		t.Fatalf("the combined line lost its shape: %s", line)
+	}
+	if f[2] != `bob\x20\x22the\x22\x20\x5Badmin]\x5C` || f[8] != `x\x22 \x22y\x5C\x01\xFF\xC3\xA9` || f[7] != `\x22] [` {
+		t.Errorf("fields escaped as user %q agent %q referer %q", f[2], f[8], f[7])
+	}
+	for _, format := range []string{config.AccessLogCombined, config.AccessLogJSON} {
+		a := &accessLog{format: format}
+		var log []byte
+		for i := 0; i < 3; i++ {
+			e.start = e.start.Add(time.Second)
+			log = a.appendEntry(log, &e)
+		}
+		path := filepath.Join(t.TempDir(), "access.log")
+		if err := os.WriteFile(path, log, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := advise.Run(advise.Options{Inputs: []string{path}, NoReplay: true, Progress: "never", Top: 5, MaxClasses: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Lines != 3 || rep.Malformed != 0 || len(rep.Classes) != 1 || rep.Classes[0].Caller != "authenticated" || rep.Classes[0].Keys.Keys != 1 {
+			t.Errorf("%s: advise read %d lines, %d malformed, classes %+v; want 3 lines of one authenticated key", format, rep.Lines, rep.Malformed, rep.Classes)
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(appendJSONEntry(nil, &e), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["user"] != e.decision.Identity || m["user_agent"] != "x\" \"y\\\x01\ufffd\u00e9" || m["referer"] != e.referer {
+		t.Errorf("JSON values: user %q agent %q referer %q", m["user"], m["user_agent"], m["referer"])
 	}
 }
