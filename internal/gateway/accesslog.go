@@ -362,7 +362,7 @@ type statusWriter struct {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) { // not 100 or 103
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
