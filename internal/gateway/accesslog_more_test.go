@@ -258,3 +258,43 @@ func TestAccessLogHostileValues(t *testing.T) {
 		t.Errorf("JSON values: user %q agent %q referer %q", m["user"], m["user_agent"], m["referer"])
 	}
 }
+
+// TestAccessLogClientAndBounds: the client logged is the one the limiter
+// keys (a trusted proxy's hop, never a header an untrusted peer forged),
+// and a request the gateway's own bounds refused gets its line too.
+func TestAccessLogClientAndBounds(t *testing.T) {
+	for _, c := range []struct{ extra, want string }{
+		{"", "127.0.0.1"},
+		{"trusted_proxies: [127.0.0.1]\nforwarded_header: x-forwarded-for\n", "203.0.113.9"},
+	} {
+		g, traffic, _, logPath := accessGateway(t, "json", c.extra+"server: {max_body_bytes: 10}\n"+roundTripPolicies)
+		req, _ := http.NewRequest("GET", traffic.URL+"/items/1", nil)
+		req.Header.Set("X-Forwarded-For", "203.0.113.9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		resp, err = http.Post(traffic.URL+"/items/2", "text/plain", strings.NewReader(strings.Repeat("x", 100)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		traffic.Close()
+		g.Close()
+		lines := readLines(t, logPath)
+		if len(lines) != 2 {
+			t.Fatalf("%d lines, want 2", len(lines))
+		}
+		var get, post map[string]any
+		if json.Unmarshal([]byte(lines[0]), &get) != nil || json.Unmarshal([]byte(lines[1]), &post) != nil {
+			t.Fatalf("lines: %q", lines)
+		}
+		if get["remote_addr"] != c.want || get["sluice_policy"] != "items" {
+			t.Errorf("%q: logged client %v policy %v, want %s and items", c.extra, get["remote_addr"], get["sluice_policy"], c.want)
+		}
+		if post["status"] != 413.0 || post["method"] != "POST" || post["sluice_policy"] != nil {
+			t.Errorf("the refused body: %s", lines[1])
+		}
+	}
+}
