@@ -66,6 +66,7 @@ type Config struct {
 	Allowlist   Allowlist   `yaml:"allowlist"`
 	DecisionAPI DecisionAPI `yaml:"decision_api"` // POST /v1/check: its listener and token (decisionapi.go)
 	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
+	AccessLog   AccessLog   `yaml:"access_log"`   // one line per request on the traffic listener (accesslog.go)
 	// What 429s and the headers look like beside headers: (see headers.go).
 	XRateLimitHeaders bool          `yaml:"x_ratelimit_headers"` // also X-RateLimit-Limit, -Remaining, -Reset
 	RetryAfterJitter  time.Duration `yaml:"retry_after_jitter"`  // up to this much added to a 429's Retry-After
@@ -248,6 +249,7 @@ func (c *Config) Defaults() {
 		c.IPv6Prefix = 64
 	}
 	c.DecisionAPI.defaults()
+	c.AccessLog.defaults()
 	c.Server.defaults()
 	for i := range c.Policies {
 		p := &c.Policies[i]

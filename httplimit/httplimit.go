@@ -426,6 +426,8 @@ func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
 
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	p := l.match(r)
+	rec := decisionFrom(r.Context())
+	rec.matched(r, p)
 	if p == nil {
 		next.ServeHTTP(w, r)
 		return
@@ -433,6 +435,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	var kb keyBuf
 	id, authenticated := l.identify(r)
 	if l.allowlisted(r, id, authenticated) {
+		if rec != nil {
+			rec.Outcome = "allowlisted"
+		}
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -444,6 +449,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		rs = &p.anon
 		kb.buildAddr(p.Name, rs.class, l.clientAddr(r))
 	}
+	rec.caller(rs.class, id)
 	req := sluice.Request{Key: kb.String(), Cost: p.Cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
 	if p.Shadow {
 		req.MaxDelay = 0 // a shadow policy never holds a request either
@@ -453,15 +459,18 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	decided := monoNow()
 	if err != nil {
 		if !l.storeFailed(w, p, err) {
+			rec.decided(outcomeFailedClosed, nil)
 			return
 		}
 		p.counters.inc(outcomeFailedOpen)
+		rec.decided(outcomeFailedOpen, nil)
 		next.ServeHTTP(w, r)
 		return
 	}
 	if !res.Allowed {
 		if p.Shadow {
 			p.counters.inc(outcomeShadowDenied)
+			rec.decided(outcomeShadowDenied, &res)
 			if l.shadowLog.allow() {
 				l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
 			}
@@ -469,6 +478,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 		p.counters.inc(outcomeOf(res))
+		rec.decided(outcomeOf(res), &res)
 		l.deny(w, r, p, rs, res, decided)
 		return
 	}
@@ -477,10 +487,12 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			// The client went away while held: give its tokens back.
 			_, _ = l.adjust(context.WithoutCancel(ctx), p, req.Key, -req.Cost, req.Rules)
 			p.counters.inc(outcomeCancelled)
+			rec.decided(outcomeCancelled, &res)
 			return
 		}
 	}
 	p.counters.inc(outcomeOf(res))
+	rec.decided(outcomeOf(res), &res)
 	l.serveAllowed(w, r, next, p, rs, req.Key, res, decided)
 }
 

@@ -161,8 +161,9 @@ listener unless decision_api.on_traffic_listener says so); and /metrics,
 decision API is served; without a store section the buckets live in
 memory.
 
-SIGHUP reads FILE again and switches to it; an invalid file is logged and
-the running configuration kept. SIGTERM and SIGINT stop accepting and let
+SIGHUP reopens the access log (access_log.path, for logrotate), reads FILE
+again and switches to it; an invalid file is logged and the running
+configuration kept. SIGTERM and SIGINT stop accepting and let
 requests in flight finish.
 
 Exit status: 0 after a clean shutdown, 2 when FILE is invalid, 1 otherwise.

@@ -64,6 +64,8 @@ type Gateway struct {
 
 	trafficFlight, decisionFlight *inFlight // requests in flight per listener
 	rejections                    *prometheus.CounterVec
+
+	accessLog *accessLog // nil: none (accesslog.go)
 }
 
 // state is what a configuration compiles to.
@@ -71,6 +73,9 @@ type state struct {
 	cfg     *config.Config
 	limiter *httplimit.Limiter
 	handler http.Handler // limiter in front of the proxy (or of 404)
+
+	trusted       []netip.Prefix // whose forwarding header is believed, for the access log
+	forwardedFrom httplimit.ForwardedFrom
 }
 
 // New builds a gateway for cfg, read from path (the file Reload reads
@@ -101,6 +106,10 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.state.Store(st)
+	if g.accessLog, err = newAccessLog(&cfg.AccessLog, g.reg, log); err != nil {
+		_ = g.closeStore()
+		return nil, fmt.Errorf("%s: %w", cfg.File, err)
+	}
 	return g, nil
 }
 
@@ -204,7 +213,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		}
 		next = g.proxy(u, opts.TrustedProxies, opts.ForwardedFrom)
 	}
-	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next)}, nil
+	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next), trusted: opts.TrustedProxies, forwardedFrom: opts.ForwardedFrom}, nil
 }
 
 // upstreamTransport is shared by every configuration, so a reload keeps the
@@ -270,6 +279,14 @@ func noUpstream(w http.ResponseWriter, r *http.Request) {
 // decision API here only with decision_api.on_traffic_listener; otherwise
 // it goes to the upstream like any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.accessLog != nil {
+		g.serveLogged(w, r, g.serveTrafficListener)
+		return
+	}
+	g.serveTrafficListener(w, r)
+}
+
+func (g *Gateway) serveTrafficListener(w http.ResponseWriter, r *http.Request) {
 	if !g.trafficFlight.acquire() {
 		g.trafficFlight.overloaded(w)
 		return
@@ -334,6 +351,7 @@ func (g *Gateway) Config() *config.Config { return g.state.Load().cfg }
 func (g *Gateway) Reload() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.reopenAccessLog()
 	old := g.state.Load().cfg
 	cfg, err := config.Load(g.path)
 	if err == nil {
@@ -359,6 +377,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
+	if old.AccessLog != cfg.AccessLog {
+		g.log.Warn("sluice: the access_log section changed; it applies at the next restart", "file", g.path)
+	}
 }
 
 // Listen opens the traffic, admin and decision listeners of the
@@ -436,6 +457,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	if g.decision != nil {
 		e3 = g.decision.Shutdown(sctx)
 	}
+	g.closeAccessLog()
 	_ = g.closeStore()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -444,7 +466,10 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 }
 
 // Close releases the store of a gateway that never served.
-func (g *Gateway) Close() error { return g.closeStore() }
+func (g *Gateway) Close() error {
+	g.closeAccessLog()
+	return g.closeStore()
+}
 
 func ceilMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
