@@ -135,7 +135,7 @@ func svgChart(c ClassReport, standalone bool) string {
 	for d := 0; d <= decades; d++ {
 		y := ypos(math.Pow(10, float64(d)))
 		fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#dddddd" stroke-width="1"/>`+"\n", num(x0), num(y), num(x1), num(y))
-		text(x0-6, y+4, tickSize, "end", "#333333", "", humanCount(int64(math.Pow(10, float64(d)))))
+		text(x0-6, y+4, tickSize, "end", "#333333", "", powerOfTen(d))
 	}
 	for i, f := range grouped {
 		if f == 0 {
@@ -185,6 +185,19 @@ func barLabel(from, w int, f uint64) string {
 		return fmt.Sprintf("%d/s: %d samples", from, f)
 	}
 	return fmt.Sprintf("%d-%d/s: %d samples", from, from+w-1, f)
+}
+
+// powerOfTen writes 10^d shortly: 1, 10, 100, 1000, 10k, 100k, 1M...
+func powerOfTen(d int) string {
+	switch {
+	case d < 4:
+		return strconv.Itoa(int(math.Pow(10, float64(d))))
+	case d < 6:
+		return strconv.Itoa(int(math.Pow(10, float64(d-3)))) + "k"
+	case d < 9:
+		return strconv.Itoa(int(math.Pow(10, float64(d-6)))) + "M"
+	}
+	return "1e" + strconv.Itoa(d)
 }
 
 // niceStep rounds s up to 1, 2 or 5 times a power of ten.
