@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestChartScaledToData: an outlier far out and a proposal far above the
@@ -36,6 +37,13 @@ func TestChartScaledToData(t *testing.T) {
 	// a very long pattern is shortened, not clipped
 	c.Match = "GET /" + strings.Repeat("verylongsegment/", 40) + "{id}"
 	checkSVG(t, "long", svgChart(c, true))
+	// bytes XML cannot hold, from a log, still make a chart XML parsers take
+	c.Match = "GET /a\x01b\xff\xfe/\u0085c"
+	svg = svgChart(c, true)
+	checkSVG(t, "control characters", svg)
+	if !utf8.ValidString(svg) || strings.ContainsAny(svg, "\x01\u0085") {
+		t.Error("the chart holds invalid UTF-8 or control characters")
+	}
 	// many counts: bars are grouped, the chart stays small
 	c.Histogram = nil
 	for i := 1; i <= 3000; i++ {

@@ -6,6 +6,8 @@ import (
 	"html"
 	"math"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // The charts of the HTML report and of --chart-format svg are written here
@@ -87,7 +89,7 @@ func svgChart(c ClassReport, standalone bool) string {
 		if weight != "" {
 			fmt.Fprintf(&b, ` font-weight="%s"`, weight)
 		}
-		fmt.Fprintf(&b, ">%s</text>\n", html.EscapeString(s))
+		fmt.Fprintf(&b, ">%s</text>\n", html.EscapeString(xmlText(s)))
 	}
 	inner := float64(chartW - 16)
 	title := fmt.Sprintf("%s, %s callers", c.Match, c.Caller)
@@ -198,6 +200,17 @@ func powerOfTen(d int) string {
 		return strconv.Itoa(int(math.Pow(10, float64(d-6)))) + "M"
 	}
 	return "1e" + strconv.Itoa(d)
+}
+
+// xmlText replaces what XML 1.0 cannot hold (invalid UTF-8, control
+// characters) with U+FFFD, so a renderer's parser takes any log's text.
+func xmlText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r < 0x20 && r != '\t' && r != '\n' || r >= 0x7f && r < 0xa0 || r == 0xfffe || r == 0xffff {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 }
 
 // niceStep rounds s up to 1, 2 or 5 times a power of ten.
