@@ -41,7 +41,7 @@ type htmlWhatIf struct {
 	Label, Rate  string
 	Burst        int64
 	Rejected     string
-	RejectedKeys int
+	RejectedKeys string // "≈" before an estimate
 	Proposal     bool
 }
 
@@ -58,13 +58,18 @@ func buildHTML(rep *Report, o Options) htmlReport {
 		switch {
 		case c.Replay != nil:
 			hc.Rejected = fmt.Sprintf("%d (%.1f%%)", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
-			rows := append([]WhatIf{{Factor: 1, Rate: c.Rate, Burst: c.Proposal.Burst, Rejected: c.Replay.Rejected, RejectedKeys: c.Replay.RejectedKeys}}, c.Replay.WhatIf...)
+			rows := []WhatIf{{Factor: 1, Rate: c.Rate, Burst: c.Proposal.Burst, Rejected: c.Replay.Rejected, RejectedKeys: c.Replay.RejectedKeys}}
+			for _, w := range c.Replay.WhatIf {
+				if w.Factor != 1 { // the proposal itself is the first row
+					rows = append(rows, w)
+				}
+			}
 			slicesSortWhatIf(rows)
 			for _, w := range rows {
 				hc.WhatIf = append(hc.WhatIf, htmlWhatIf{
 					Label: "×" + strconv.FormatFloat(w.Factor, 'f', -1, 64), Rate: w.Rate, Burst: w.Burst,
 					Rejected:     fmt.Sprintf("%d (%.1f%%)", w.Rejected, pct(w.Rejected, c.Replay.Requests)),
-					RejectedKeys: w.RejectedKeys, Proposal: w.Factor == 1,
+					RejectedKeys: approx(w.Estimated) + strconv.Itoa(w.RejectedKeys), Proposal: w.Factor == 1,
 				})
 			}
 		case !c.InConfig:
@@ -76,6 +81,13 @@ func buildHTML(rep *Report, o Options) htmlReport {
 	}
 	h.Top, h.Rest = h.Classes[:min(summaryRows, len(h.Classes))], h.Classes[min(summaryRows, len(h.Classes)):]
 	return h
+}
+
+func approx(estimated bool) string {
+	if estimated {
+		return "≈"
+	}
+	return ""
 }
 
 // slicesSortWhatIf sorts by factor, stricter first (insertion sort: a

@@ -204,3 +204,35 @@ func checkSVG(t *testing.T, name, svg string) {
 		}
 	}
 }
+
+// TestWhatIfKeysBounded: past maxWhatIfKeys rejected keys, a what-if
+// stops holding hashes and estimates the distinct keys, marked so.
+func TestWhatIfKeysBounded(t *testing.T) {
+	defer func(n int) { maxWhatIfKeys = n }(maxWhatIfKeys)
+	path := writeEvents(t, "abuse.log", abuseEvents(true))
+	exact, err := Run(Options{Inputs: []string{path}, WhatIf: []float64{0.1}, MaxClasses: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxWhatIfKeys = 10
+	out := filepath.Join(t.TempDir(), "r.html")
+	est, err := Run(Options{Inputs: []string{path}, WhatIf: []float64{0.1}, MaxClasses: 20, HTML: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := findClass(t, exact, "GET /products/{id}", "anonymous").Replay.WhatIf[0]
+	a := findClass(t, est, "GET /products/{id}", "anonymous").Replay.WhatIf[0]
+	if e.Estimated || !a.Estimated || e.RejectedKeys <= 10 {
+		t.Fatalf("exact %+v, bounded %+v: want the second estimated, the first exact and above the bound", e, a)
+	}
+	if d := float64(a.RejectedKeys-e.RejectedKeys) / float64(e.RejectedKeys); d < -0.05 || d > 0.05 {
+		t.Errorf("estimate %d against exact %d", a.RejectedKeys, e.RejectedKeys)
+	}
+	if a.Rejected != e.Rejected {
+		t.Errorf("rejected requests %d against %d: the bound changed the replay", a.Rejected, e.Rejected)
+	}
+	doc, _ := os.ReadFile(out)
+	if !bytes.Contains(doc, []byte("≈"+strconv.Itoa(a.RejectedKeys))) {
+		t.Error("the report does not mark the estimate")
+	}
+}

@@ -15,7 +15,9 @@ import (
 // factor (×0.5 stricter, ×2 looser), in the same pass as the replay of the
 // proposal itself, on a store of its own: the figures are real replays,
 // not extrapolations. Memory: the store's buckets, as for the replay, and
-// the hashes of the keys each what-if rejected (exact counts).
+// the hashes of the keys each what-if rejected, exact up to
+// maxWhatIfKeys; past that the distinct keys are estimated (HyperLogLog,
+// 4 KiB per class, within about 2%) and marked so.
 
 // WhatIf is what the proposal scaled by Factor would have rejected.
 type WhatIf struct {
@@ -24,7 +26,14 @@ type WhatIf struct {
 	Burst        int64   `json:"burst"`
 	Rejected     int64   `json:"rejected"`
 	RejectedKeys int     `json:"rejected_keys"`
+	// Estimated: more keys were rejected than the what-if counts exactly;
+	// RejectedKeys is an estimate within about 2%.
+	Estimated bool `json:"rejected_keys_estimated,omitempty"`
 }
+
+// maxWhatIfKeys bounds the rejected keys a what-if counts exactly (some
+// 40 bytes each). A variable, for the test.
+var maxWhatIfKeys = 1_000_000
 
 // DefaultWhatIf are the factors --html replays when --what-if is not given.
 var DefaultWhatIf = []float64{0.5, 2}
@@ -35,6 +44,9 @@ type variant struct {
 	store    *memstore.Store
 	rejected []int64
 	keys     []map[uint64]struct{}
+	est      []*distinct // the same keys, estimated
+	exact    int         // hashes held in keys
+	over     bool        // keys stopped at maxWhatIfKeys
 }
 
 // scaleRule is r with rate and burst times f; the burst at least 1.
@@ -51,6 +63,7 @@ func (rp *replayer) addVariants(factors []float64) {
 			store:    memstore.New(memstore.Options{SweepInterval: -1}),
 			rejected: make([]int64, len(rp.rules)),
 			keys:     make([]map[uint64]struct{}, len(rp.rules)),
+			est:      make([]*distinct, len(rp.rules)),
 		}
 		for c, rs := range rp.rules {
 			for _, r := range rs {
@@ -70,10 +83,24 @@ func (rp *replayer) checkVariants(class int32, k string, h uint64, at int64, swe
 		res := v.store.CheckAt(sluice.Request{Key: k, Cost: 1, Rules: v.rules[class]}, at)
 		if !res.Allowed {
 			v.rejected[class]++
+			if v.est[class] == nil {
+				v.est[class] = new(distinct)
+			}
+			v.est[class].add(h)
+			if v.over {
+				continue
+			}
 			if v.keys[class] == nil {
 				v.keys[class] = make(map[uint64]struct{})
 			}
-			v.keys[class][h] = struct{}{}
+			if _, ok := v.keys[class][h]; !ok {
+				if v.exact >= maxWhatIfKeys {
+					v.over, v.keys = true, nil // from here on, estimates only
+					continue
+				}
+				v.keys[class][h] = struct{}{}
+				v.exact++
+			}
 		}
 	}
 }
@@ -83,7 +110,14 @@ func (rp *replayer) whatIfs(class int32) []WhatIf {
 	var out []WhatIf
 	for _, v := range rp.variants {
 		r := v.rules[class][0]
-		out = append(out, WhatIf{Factor: v.factor, Rate: sluice.FormatRate(r.Rate), Burst: r.Burst, Rejected: v.rejected[class], RejectedKeys: len(v.keys[class])})
+		w := WhatIf{Factor: v.factor, Rate: sluice.FormatRate(r.Rate), Burst: r.Burst, Rejected: v.rejected[class]}
+		switch {
+		case !v.over:
+			w.RejectedKeys = len(v.keys[class])
+		case v.est[class] != nil:
+			w.RejectedKeys, w.Estimated = int(v.est[class].count()), true
+		}
+		out = append(out, w)
 	}
 	return out
 }
