@@ -21,23 +21,37 @@ func writeCharts(dir, format string, rep *Report) error {
 	}
 	for _, c := range rep.Classes {
 		name := filepath.Join(dir, c.Policy+"-"+c.Caller+"."+format)
-		if err := writeChart(name, c); err != nil {
+		write := writeChart
+		if format == "svg" {
+			write = writeSVGChart
+		}
+		if err := write(name, c); err != nil {
 			return fmt.Errorf("chart %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
+// writeSVGChart writes the chart of the HTML report as a file of its own:
+// generic font families and text sized to fit (svgchart.go).
+func writeSVGChart(path string, c ClassReport) error {
+	return os.WriteFile(path, []byte(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+svgChart(c, true)), 0o644)
+}
+
+// writeChart writes the PNG chart of c.
 func writeChart(path string, c ClassReport) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s callers: %s", c.Match, c.Caller, c.Policy)
 	p.Y.Label.Text = "share of (key, second) samples"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	limit := math.Max(c.Proposal.Rate*1.5, float64(c.PerSecond.P99)+5)
+	limit := float64(chartScale(c)) // the data's extent, not the proposal's
 	p.X.Label.Text = "requests per second of one key"
 	if float64(c.PerSecond.Max) > limit {
 		p.X.Label.Text += fmt.Sprintf(" (cut at %.0f; max %d)", limit, c.PerSecond.Max)
+	}
+	if c.Proposal.Rate > limit {
+		p.X.Label.Text += fmt.Sprintf(" (proposed rate %s off the scale)", c.Rate)
 	}
 	total := float64(c.PerSecond.Samples)
 	h := &plotter.Histogram{Width: 1, FillColor: color.RGBA{R: 80, G: 120, B: 200, A: 255}, LogY: true}

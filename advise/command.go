@@ -79,9 +79,11 @@ type Options struct {
 	ChartDir    string        // write one chart per class here
 	ChartFormat string        // png or svg
 	JSON        bool
-	Top         int // top rejected keys per class
-	MaxClasses  int // endpoint classes before folding into prefixes
-	MinSamples  int // classes with fewer per-second samples are flagged
+	HTML        string    // write the report as one self-contained HTML file here
+	WhatIf      []float64 // replay the proposal scaled by each factor too
+	Top         int       // top rejected keys per class
+	MaxClasses  int       // endpoint classes before folding into prefixes
+	MinSamples  int       // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
 	// AnonymousUsers are user values that name no one (compared without
 	// case); nil means the defaults: - guest anonymous unknown none null nobody.
@@ -172,6 +174,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.ChartDir, "chart", "", "write a chart of each class's distribution into `DIR`")
 	fs.StringVar(&o.ChartFormat, "chart-format", "png", "chart format: png or svg")
 	fs.BoolVar(&o.JSON, "json", false, "write the report as JSON")
+	fs.StringVar(&o.HTML, "html", "", "write the report as one self-contained HTML `FILE` (charts inside, no external resources)")
+	whatIf := fs.String("what-if", "", "replay the proposal with rate and burst scaled by each of `FACTORS` too, e.g. 0.5,2 (the default with --html)")
 	fs.IntVar(&o.Top, "top", 5, "show the `N` keys hit hardest by the replay, per class")
 	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
@@ -207,6 +211,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	}
 	var err error
 	if o.Fields, err = parseFieldOverrides(fields); err != nil {
+		return o, err
+	}
+	if o.WhatIf, err = parseWhatIf(*whatIf, o.HTML != ""); err != nil {
 		return o, err
 	}
 	switch o.ChartFormat {

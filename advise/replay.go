@@ -22,6 +22,7 @@ type replayer struct {
 	byKey    []map[string]int64 // rejected requests per key, by class
 	keys     []*distinct        // distinct keys, by class
 	ro       *reorder
+	variants []*variant // what-ifs (whatif.go)
 }
 
 // newReplayer returns a replayer of rules (by class) over the records
@@ -61,10 +62,11 @@ func (rp *replayer) release(s *slotBuf) {
 		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil {
 			continue
 		}
+		sweep := false
 		if m := it.time / 60e6; m > rp.lastSw {
 			// a bucket full again is the same as no bucket: drop them
 			rp.store.Sweep(it.time)
-			rp.lastSw = m
+			rp.lastSw, sweep = m, true
 		}
 		rp.requests[class]++
 		if rp.keys[class] == nil {
@@ -76,6 +78,7 @@ func (rp *replayer) release(s *slotBuf) {
 		// memstore copies a key it keeps, so a view of keybuf is enough.
 		k := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))
 		res := rp.store.CheckAt(sluice.Request{Key: k, Cost: 1, Rules: rp.rules[class]}, it.time)
+		rp.checkVariants(class, k, it.keyHash, it.time, sweep)
 		if !res.Allowed {
 			rp.rejected[class]++
 			if rp.byKey[class] == nil {

@@ -51,6 +51,8 @@ type ClassReport struct {
 	// Keys is the per-key view: how many callers, which size the
 	// proposal, and those set apart as ones it would limit.
 	Keys KeyStats `json:"keys"`
+	// Tail are the busiest keys of the class (tail.go).
+	Tail []TailKey `json:"tail,omitempty"`
 
 	class int32
 }
@@ -86,6 +88,7 @@ type ReplayStats struct {
 	Rejected     int64      `json:"rejected"`
 	RejectedKeys int        `json:"rejected_keys"`
 	Top          []KeyCount `json:"top,omitempty"`
+	WhatIf       []WhatIf   `json:"what_if,omitempty"` // the proposal scaled, replayed too (whatif.go)
 }
 
 // Run reads the logs of o, proposes limits and replays them, and writes
@@ -283,6 +286,8 @@ func Run(o Options) (*Report, error) {
 		}
 		rp := newReplayer(cls, start, reorderWindow, rules)
 		defer rp.store.Close()
+		rp.addVariants(o.WhatIf)
+		defer rp.closeVariants()
 		if spool != nil {
 			if _, err := spool.Seek(0, io.SeekStart); err != nil {
 				return nil, err
@@ -314,6 +319,7 @@ func Run(o Options) (*Report, error) {
 				Rejected:     rp.rejected[c.class],
 				RejectedKeys: len(rp.byKey[c.class]),
 				Top:          rp.top(int(c.class), o.Top),
+				WhatIf:       rp.whatIfs(c.class),
 			}
 		}
 	}
@@ -329,6 +335,11 @@ func Run(o Options) (*Report, error) {
 	}
 	if o.ChartDir != "" {
 		if err := writeCharts(o.ChartDir, o.ChartFormat, rep); err != nil {
+			return rep, err
+		}
+	}
+	if o.HTML != "" {
+		if err := writeHTMLFile(o.HTML, rep, o); err != nil {
 			return rep, err
 		}
 	}
@@ -373,6 +384,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 			cr.Proposal, cr.Keys = proposeByKeys(normal)
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
+		cr.Tail = tailKeys(keysOf[c], limited, max(o.Top, 10))
 		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
 		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)
 		rep.Classes = append(rep.Classes, cr)
