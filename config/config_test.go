@@ -194,7 +194,7 @@ func TestKeyFiles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", jwt, err)
 		}
-		if c.keys.apiKeys[sum] != "tenant-acme" || !strings.HasPrefix(c.keys.apiKeys[sum2], "key:") {
+		if c.keys.apiKeys[sum].ID != "tenant-acme" || !strings.HasPrefix(c.keys.apiKeys[sum2].ID, "key:") {
 			t.Fatalf("keys %v", c.keys.apiKeys)
 		}
 		opts, err := c.LimiterOptions()

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/sluicehq/sluice/httplimit"
+
 	"bufio"
 	"bytes"
 	"crypto"
@@ -30,7 +32,7 @@ import (
 // keyMaterial is what Load read from the key files and parsed.
 type keyMaterial struct {
 	proxies   []netip.Prefix
-	apiKeys   map[[32]byte]string // SHA-256 of a key -> identity
+	apiKeys   map[[32]byte]httplimit.Caller // SHA-256 of a key -> the caller it stands for
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
 	rules     map[string][]sluice.Rule // parsed rules by field path
@@ -273,7 +275,7 @@ func (v *validator) apiKeys(field, path string) {
 		v.fail(field, "cannot read the API key list: %v", err)
 		return
 	}
-	keys := make(map[[32]byte]string)
+	keys := make(map[[32]byte]httplimit.Caller)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -290,7 +292,7 @@ func (v *validator) apiKeys(field, path string) {
 		if len(words) == 2 {
 			identity = words[1]
 		}
-		keys[[32]byte(digest)] = identity
+		keys[[32]byte(digest)] = httplimit.Caller{ID: identity}
 	}
 	v.c.keys.apiKeys = keys
 }

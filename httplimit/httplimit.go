@@ -433,7 +433,8 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 	var kb keyBuf
-	id, authenticated := l.identify(r)
+	caller, authenticated := l.identify(r)
+	id := caller.ID
 	if l.allowlisted(r, id, authenticated) {
 		if rec != nil {
 			rec.Outcome = "allowlisted"
