@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"net/http"
 	"net/netip"
 )
 
@@ -40,16 +39,22 @@ func compileAllowlist(a Allowlist) allowlist {
 	return c
 }
 
-// allowlisted reports whether the caller of r, identified as id (when
-// authenticated), is on the allowlist.
-func (l *Limiter) allowlisted(r *http.Request, id string, authenticated bool) bool {
-	if authenticated && l.allow.identities[id] {
+// allowlisted reports whether the caller of s is on the allowlist: by its
+// verified identity, or by its client address (not grouped).
+func (l *Limiter) allowlisted(s *subject) bool {
+	if s.authenticated && l.allow.identities[s.caller.ID] {
 		return true
 	}
 	if len(l.allow.cidrs) == 0 {
 		return false
 	}
-	a := clientIP(r, l.proxies, l.forwarded).Unmap()
+	a := s.ip
+	if s.r != nil {
+		a = clientIP(s.r, l.proxies, l.forwarded).Unmap()
+	}
+	if !a.IsValid() {
+		return false
+	}
 	for _, p := range l.allow.cidrs {
 		if p.Contains(a) {
 			return true

@@ -88,7 +88,12 @@ func APIKeys(header string, keys map[[32]byte]Caller) Authenticator {
 
 // clientAddr is ClientIP grouped by the limiter's IPv6 prefix.
 func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
-	a := clientIP(r, l.proxies, l.forwarded)
+	return l.group(clientIP(r, l.proxies, l.forwarded))
+}
+
+// group returns the first address of a's IPv6 prefix; IPv4 addresses stand
+// alone.
+func (l *Limiter) group(a netip.Addr) netip.Addr {
 	if a.Is6() && l.ipv6Bits < 128 {
 		if p, err := a.Prefix(l.ipv6Bits); err == nil {
 			return p.Addr()
