@@ -131,6 +131,11 @@ type Policy struct {
 	// Local marks the policy for Options.Fallback (on_error: local).
 	Local bool
 
+	// Key, when set, keys the policy's buckets by request attributes (a
+	// header, a path wildcard, a verified claim, the client address) or
+	// by one bucket for all, in place of the identity rules: see Key.
+	Key Key
+
 	// Algorithm names the policy's algorithm (see package algo) for a
 	// Store that serves several: the gateway's store reads it from the
 	// context that Options.StoreContext derives. Empty: the token bucket.
@@ -256,6 +261,7 @@ type policy struct {
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
 	counters     *policyCounters
+	key          *keySpec // nil: the identity rules
 }
 
 // ruleSet is the rules one class of caller is checked against, with the
@@ -307,6 +313,9 @@ func New(opts Options) (*Limiter, error) {
 	for i := range opts.Policies {
 		p, err := compile(opts.Policies[i])
 		if err != nil {
+			return nil, err
+		}
+		if p.key, err = compileKey(&p.Policy); err != nil {
 			return nil, err
 		}
 		if _, dup := l.byName[p.Name]; dup {
@@ -669,6 +678,9 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 	p, ok := l.byName[policyName]
 	if !ok {
 		return Verdict{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+	}
+	if err := p.checkValues(a.Values); err != nil {
+		return Verdict{}, err
 	}
 	s := subject{caller: Caller{ID: a.Identity}, authenticated: a.Identity != "", values: a.Values, cost: cost}
 	if a.ClientIP.IsValid() {

@@ -269,7 +269,7 @@ const keyLen = 22
 // keyBuf builds the store key of (policy, class, identity) without
 // allocating until the final string.
 type keyBuf struct {
-	scratch [128]byte
+	scratch [256]byte
 	out     [keyLen]byte
 }
 
