@@ -368,6 +368,7 @@ func (v *validator) policies() {
 			v.fail(at+".max_delay", "%v: %s does not pace requests; want max_delay: 0s, or algorithm: token_bucket or leaky_bucket", p.MaxDelay, p.Algorithm)
 		}
 		v.logBounds(at, p)
+		v.key(at, p)
 		seen := make(map[string]int)
 		for j, o := range p.Overrides {
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)
