@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"net/http"
 	"net/netip"
 )
 
@@ -39,22 +40,16 @@ func compileAllowlist(a Allowlist) allowlist {
 	return c
 }
 
-// allowlisted reports whether the caller of s is on the allowlist: by its
-// verified identity, or by its client address (not grouped).
-func (l *Limiter) allowlisted(s *subject) bool {
-	if s.authenticated && l.allow.identities[s.caller.ID] {
+// allowlisted reports whether the caller of r, identified as id (when
+// authenticated), is on the allowlist.
+func (l *Limiter) allowlisted(r *http.Request, id string, authenticated bool) bool {
+	if authenticated && l.allow.identities[id] {
 		return true
 	}
 	if len(l.allow.cidrs) == 0 {
 		return false
 	}
-	a := s.ip
-	if s.r != nil {
-		a = clientIP(s.r, l.proxies, l.forwarded).Unmap()
-	}
-	if !a.IsValid() {
-		return false
-	}
+	a := clientIP(r, l.proxies, l.forwarded).Unmap()
 	for _, p := range l.allow.cidrs {
 		if p.Contains(a) {
 			return true

@@ -60,10 +60,11 @@ func TestCoreByNameAndHTTPAgree(t *testing.T) {
 		t.Fatalf("Check of a shadow policy: %+v, %v; want allowed", res, err)
 	}
 
-	// The allowlist holds for by-name decisions too.
-	for range 5 {
-		if v, err := e.lim.Decide(ctx, "api", Attributes{Identity: "health"}, 1); err != nil || !v.Allowed || v.Outcome != "allowlisted" {
-			t.Fatalf("allowlisted identity: %+v, %v", v, err)
+	// The allowlist holds only for callers the limiter verified: a
+	// by-name decision states its identity.
+	for i, want := range []bool{true, true, true, false} {
+		if v, err := e.lim.Decide(ctx, "api", Attributes{Identity: "health"}, 1); err != nil || v.Allowed != want {
+			t.Fatalf("by-name decision %d for an allowlisted identity: %+v, %v; want allowed %v", i, v, err, want)
 		}
 	}
 

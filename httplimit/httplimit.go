@@ -561,7 +561,9 @@ type verdict struct {
 // decide is the decision core: see above.
 func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
 	v := verdict{outcome: numOutcomes}
-	if l.allowlisted(s) {
+	// Only a caller that the limiter verified itself is allowlisted: the
+	// identity or address of a by-name decision is stated, not verified.
+	if s.r != nil && l.allowlisted(s.r, s.caller.ID, s.authenticated) {
 		if s.rec != nil {
 			s.rec.Outcome = "allowlisted"
 		}
@@ -659,16 +661,17 @@ type Verdict struct {
 
 	// Outcome is the decision as sluice_decisions_total counts it
 	// (allowed, denied, delayed, shadow_denied, local_allowed,
-	// failed_open, …), or allowlisted. A shadow denial and a failed-open
-	// decision are allowed.
+	// failed_open, …). A shadow denial and a failed-open decision are
+	// allowed.
 	Outcome string
 }
 
 // Decide decides cost tokens under the named policy for the caller that a
 // decides: the by-name front door of the decision core, for the gateway's
 // decision API and Envoy's rate limit service. It goes through the same
-// steps as a request through Handler: the allowlist, the key, the rules of
-// the caller's class, the store with its Fallback and OnError, shadow. A
+// steps as a request through Handler: the key, the rules of the caller's
+// class, the store with its Fallback and OnError, shadow; not the
+// allowlist, which holds only for callers the limiter verified itself. A
 // policy with MaxDelay reserves, and Result.Delay says how long the caller
 // should wait. The error is ErrUnknownPolicy, an input error
 // (sluice.ErrInvalid, sluice.ErrCostExceedsBurst), or, for a policy that
@@ -688,10 +691,7 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 	}
 	v := l.decide(ctx, p, &s)
 	out := Verdict{Result: v.res}
-	switch {
-	case v.act == actPass && v.outcome == numOutcomes:
-		out.Outcome = "allowlisted"
-	case v.outcome < numOutcomes:
+	if v.outcome < numOutcomes {
 		out.Outcome = outcomeNames[v.outcome]
 	}
 	switch v.act {
