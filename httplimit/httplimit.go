@@ -12,8 +12,11 @@
 // keyed by an identity that an Authenticator verified or that the
 // application put in the request context with WithIdentity. A credential
 // that does not verify is ignored, so it never buys more than the anonymous
-// limit. Keys are the SHA-256 of policy, class and identity, so no two
-// policies share a bucket and no caller-chosen string reaches the store.
+// limit. Policy.Key keys by request attributes instead (a header, a path
+// wildcard, a verified claim, the client address) or by one bucket for
+// all. Keys are the SHA-256 of policy, class and identity (or attributes),
+// so no two policies share a bucket and no caller-chosen string reaches
+// the store.
 //
 // Every response of an enforced policy carries the rate limit headers
 // (RateLimit-Limit/Remaining/Reset and the draft's RateLimit-Policy and

@@ -391,3 +391,27 @@ func TestKeyDecisionLeaksNoValue(t *testing.T) {
 		t.Fatalf("decision %+v", d)
 	}
 }
+
+// BenchmarkMiddlewareKeyed is BenchmarkMiddleware under a policy keyed by a
+// header and the client address.
+func BenchmarkMiddlewareKeyed(b *testing.B) {
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	defer store.Close()
+	l, err := New(Options{Store: store, Policies: []Policy{{Name: "products", Pattern: "GET /products/{id}", Cost: 1, Anonymous: rule(1e9, 1e9),
+		Key: Key{Parts: []KeyPart{{Header: "X-Tenant"}, {Path: "id"}, {ClientIP: true}}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := l.Handler(okHandler)
+	w := &nopWriter{h: make(http.Header)}
+	r := benchRequest()
+	r.Header.Set("X-Tenant", "acme")
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+	if w.h.Get("RateLimit-Limit") == "" {
+		b.Fatal("no headers: the policy did not apply")
+	}
+}
