@@ -275,9 +275,10 @@ func noUpstream(w http.ResponseWriter, r *http.Request) {
 }
 
 // ServeHTTP serves the traffic listener: the policies in front of the
-// upstream, within the bounds of the server section. /v1/check is the
-// decision API here only with decision_api.on_traffic_listener; otherwise
-// it goes to the upstream like any other path.
+// upstream, within the bounds of the server section. /v1/check and
+// /v1/authz are the decision API here only with
+// decision_api.on_traffic_listener; otherwise they go to the upstream like
+// any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.accessLog != nil {
 		g.serveLogged(w, r, g.serveTrafficListener)
@@ -295,6 +296,10 @@ func (g *Gateway) serveTrafficListener(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	if r.URL.Path == "/v1/check" && st.cfg.DecisionAPI.OnTrafficListener {
 		g.serveCheck(w, r, st)
+		return
+	}
+	if isAuthz(r.URL.Path) && st.cfg.DecisionAPI.OnTrafficListener {
+		g.serveAuthz(w, r, st, true)
 		return
 	}
 	g.serveTraffic(w, r, st)
