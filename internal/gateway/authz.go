@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -20,7 +21,9 @@ import (
 // are the Limiter's, so an allowed request gets 200 with the RateLimit
 // headers, a denied one 429 with Retry-After and the JSON body, an
 // unmatched one 200 without headers, and a path the normaliser refuses the
-// proxy's 400.
+// proxy's 400. For NGINX, whose auth_request passes on only 2xx, 401 and
+// 403, X-Sluice-Deny-Status: 403 turns every refusal into a 403 that says
+// its own status in X-Sluice-Status (docs/forward-auth.md maps it back).
 //
 // The original request comes in one of two forms:
 //   - /v1/authz exactly (NGINX, Traefik, Caddy): the method, URI and host
@@ -52,9 +55,11 @@ const (
 	// hAuthzToken carries the decision API's bearer token on /v1/authz:
 	// Authorization is the client's, passed on for its identity.
 	hAuthzToken = "X-Sluice-Authorization"
-	// hDenyStatus asks for a denial in another status than 429: 401 or
-	// 403, the only ones NGINX's auth_request passes on.
+	// hDenyStatus asks for every refusal (429, and the 400, 501 or 503
+	// the proxy would answer) in one status, 401 or 403: the only ones
+	// NGINX's auth_request passes on. hStatus then says which it was.
 	hDenyStatus = "X-Sluice-Deny-Status"
+	hStatus     = "X-Sluice-Status"
 )
 
 // isAuthz reports whether path is the forward-auth endpoint or its path
@@ -99,7 +104,7 @@ func (g *Gateway) serveAuthz(w http.ResponseWriter, r *http.Request, st *state, 
 			writeError(w, http.StatusBadRequest, "invalid_request", hDenyStatus+": want 401 or 403, once")
 			return
 		}
-		w = &denyStatusWriter{ResponseWriter: w, status: map[string]int{"401": 401, "403": 403}[v[0]]}
+		w = &refusalWriter{ResponseWriter: w, status: map[string]int{"401": 401, "403": 403}[v[0]]}
 	}
 	decide := st.limiter.Handler(allowAuthz)
 	if g.accessLog != nil && !logged {
@@ -156,7 +161,7 @@ func originalRequest(r *http.Request) (*http.Request, error) {
 		return nil, fmt.Errorf("the original URI %q is not a request URI: %v", truncate(uri), err)
 	}
 	header := r.Header.Clone()
-	for _, h := range [...]string{hForwardedMethod, hForwardedURI, hForwardedHost, hOriginalMethod, hOriginalURI, hAuthzToken, hDenyStatus} {
+	for _, h := range [...]string{hForwardedMethod, hForwardedURI, hForwardedHost, hOriginalMethod, hOriginalURI, hAuthzToken, hDenyStatus, hStatus} {
 		delete(header, h)
 	}
 	orig := &http.Request{
@@ -210,19 +215,21 @@ func trustedPeer(remote string, trusted []netip.Prefix) (netip.Addr, bool) {
 	return a, false
 }
 
-// denyStatusWriter answers a denial (429) in status, keeping its headers
-// and body, for a proxy that passes on no 429.
-type denyStatusWriter struct {
+// refusalWriter answers a refusal (any status from 400 on) in status,
+// keeping its headers and body, and names the refusal's own status in
+// X-Sluice-Status, for a proxy that passes on no other.
+type refusalWriter struct {
 	http.ResponseWriter
 	status int
 }
 
-func (d *denyStatusWriter) WriteHeader(code int) {
-	if code == http.StatusTooManyRequests {
+func (d *refusalWriter) WriteHeader(code int) {
+	if code >= 400 {
+		d.Header().Set(hStatus, strconv.Itoa(code))
 		code = d.status
 	}
 	d.ResponseWriter.WriteHeader(code)
 }
 
 // Unwrap lets http.ResponseController reach the connection.
-func (d *denyStatusWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+func (d *refusalWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }

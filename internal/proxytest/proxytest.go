@@ -87,7 +87,7 @@ func Caddy(t testing.TB, conf func(addr string) string) *Proxy {
 	t.Helper()
 	bin := lookPath(t, "caddy", "/usr/bin/caddy")
 	return start(t, "caddy", func(dir, addr string) (*exec.Cmd, error) {
-		text := "{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n}\n\n" + conf(addr)
+		text := "{\n\tadmin off\n\tauto_https off\n}\n\n" + conf(addr)
 		path := filepath.Join(dir, "Caddyfile")
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			return nil, err
