@@ -1,7 +1,9 @@
 // Package gateway is `sluice serve`: the reverse proxy that applies a
 // configuration's policies in front of an upstream (the traffic listener),
-// the decision API (POST /v1/check) for services that do not sit behind it,
-// on a listener of its own and optionally behind a bearer token, and the
+// the decision API (POST /v1/check) for services that do not sit behind it
+// and forward auth (/v1/authz, authz.go) for proxies that ask before they
+// forward, on a listener of its own and optionally behind a bearer token,
+// and the
 // admin listener (/metrics, /healthz, /readyz). Each listener bounds what a
 // client can hold of it (limits.go).
 //
