@@ -80,14 +80,15 @@ func NGINX(t testing.TB, conf func(addr string) string) *Proxy {
 }
 
 // Caddy starts caddy with conf(addr) as its Caddyfile, after global
-// options that turn off the admin endpoint and automatic HTTPS, so that
+// options that turn off the admin endpoint and automatic HTTPS, bind to
+// loopback and serve HTTP/1.1 and 2 only (no UDP port for HTTP/3), so that
 // any number of instances run side by side. Its data and configuration
 // directories are the proxy's own.
 func Caddy(t testing.TB, conf func(addr string) string) *Proxy {
 	t.Helper()
 	bin := lookPath(t, "caddy", "/usr/bin/caddy")
 	return start(t, "caddy", func(dir, addr string) (*exec.Cmd, error) {
-		text := "{\n\tadmin off\n\tauto_https off\n}\n\n" + conf(addr)
+		text := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n\tservers {\n\t\tprotocols h1 h2\n\t}\n}\n\n" + conf(addr)
 		path := filepath.Join(dir, "Caddyfile")
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			return nil, err
@@ -128,14 +129,14 @@ func start(t testing.TB, name string, build func(dir, addr string) (*exec.Cmd, e
 		p.cmd = cmd
 		// Registered after TempDir, so it runs first: the process dies
 		// before its directory is removed.
-		t.Cleanup(p.kill)
+		t.Cleanup(p.Kill)
 		if err = p.run(); err != nil {
 			break
 		}
 		if err = p.waitReady(30 * time.Second); err == nil {
 			return p
 		}
-		p.kill()
+		p.Kill()
 		if !strings.Contains(strings.ToLower(p.Log()), "address already in use") {
 			break
 		}
@@ -201,8 +202,9 @@ func (p *Proxy) waitReady(timeout time.Duration) error {
 	}
 }
 
-// kill sends SIGKILL to the process and waits for it.
-func (p *Proxy) kill() {
+// Kill sends SIGKILL to the proxy and waits until it has exited. The
+// cleanup of the test does it too.
+func (p *Proxy) Kill() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
