@@ -160,7 +160,9 @@ func originalRequest(r *http.Request) (*http.Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the original URI %q is not a request URI: %v", truncate(uri), err)
 	}
-	header := r.Header.Clone()
+	// r is spent on this decision: its header map is the original's,
+	// without what described the request or was meant for sluice.
+	header := r.Header
 	for _, h := range [...]string{hForwardedMethod, hForwardedURI, hForwardedHost, hOriginalMethod, hOriginalURI, hAuthzToken, hDenyStatus, hStatus} {
 		delete(header, h)
 	}
