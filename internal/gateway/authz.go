@@ -94,17 +94,23 @@ func (g *Gateway) serveAuthz(w http.ResponseWriter, r *http.Request, st *state, 
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the proxy sent no %s; want the client's address in it (forwarded_header names it)", fwd))
 		return
 	}
-	orig, err := originalRequest(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	}
+	var refusal *refusalWriter
 	if v := r.Header.Values(hDenyStatus); len(v) > 0 {
 		if len(v) != 1 || (v[0] != "401" && v[0] != "403") {
 			writeError(w, http.StatusBadRequest, "invalid_request", hDenyStatus+": want 401 or 403, once")
 			return
 		}
-		w = &refusalWriter{ResponseWriter: w, status: map[string]int{"401": 401, "403": 403}[v[0]]}
+		refusal = &refusalWriter{ResponseWriter: w, status: map[string]int{"401": 401, "403": 403}[v[0]]}
+	}
+	// A request the proxy describes wrongly is the proxy's error (NGINX
+	// logs it and answers 500); only the Limiter's answers are mapped.
+	orig, err := originalRequest(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if refusal != nil {
+		w = refusal
 	}
 	decide := st.limiter.Handler(allowAuthz)
 	if g.accessLog != nil && !logged {
