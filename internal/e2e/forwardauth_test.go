@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -75,18 +77,34 @@ func replaceAll(t *testing.T, s, old, new string) string {
 	return strings.ReplaceAll(s, old, new)
 }
 
+// The API key of the document's keys.txt, and the token of the variants
+// with decision_api.token_file.
+const (
+	authzAPIKey = "key-of-alice"
+	authzToken  = "7d1c0b7e9f2a4c6d8e0f1a2b3c4d5e6f"
+)
+
 // startAuthzGateway runs the document's sluice configuration in process,
-// on free ports, and returns the address of its decision listener.
-func startAuthzGateway(t *testing.T) string {
+// on free ports, with decision_api.token_file when token is set, and
+// returns the address of its decision listener.
+func startAuthzGateway(t *testing.T, token bool) string {
 	t.Helper()
+	dir := t.TempDir()
 	yaml := docBlock(t, "yaml")
 	yaml = replaceAll(t, yaml, "127.0.0.1:8070", "127.0.0.1:0")
 	yaml = replaceAll(t, yaml, "listen: 127.0.0.1:8081", "listen: 127.0.0.1:0")
 	yaml += "admin_listen: 127.0.0.1:0\n"
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
+	if token {
+		yaml = replaceAll(t, yaml, "decision_api:\n", "decision_api:\n  token_file: token.txt\n")
 	}
+	sum := sha256.Sum256([]byte(authzAPIKey))
+	files := map[string]string{"sluice.yaml": yaml, "keys.txt": hex.EncodeToString(sum[:]) + " alice\n", "token.txt": authzToken + "\n"}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "sluice.yaml")
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +269,16 @@ func exerciseForwardAuth(t *testing.T, base string, hits *atomic.Int64, withHead
 		}
 	}
 
+	// The client's API key, passed on by the proxy, buys the authenticated
+	// limit; a key that does not verify does not.
+	e := clientFrom("127.0.0.7")
+	if r := do(t, e, "GET", base+"/products/5", "X-API-Key", authzAPIKey); r.status != 200 || (withHeaders && r.header.Get("RateLimit-Limit") != "10") {
+		t.Errorf("with an API key: %d, limit %q; want 200 and the authenticated 10", r.status, r.header.Get("RateLimit-Limit"))
+	}
+	if r := do(t, e, "GET", base+"/products/5", "X-API-Key", "forged"); r.status != 200 || (withHeaders && r.header.Get("RateLimit-Limit") != "5") {
+		t.Errorf("with a forged API key: %d, limit %q; want 200 and the anonymous 5", r.status, r.header.Get("RateLimit-Limit"))
+	}
+
 	// What sluice's own proxy refuses, the front door refuses the same way.
 	if r := do(t, d, "GET", base+"/products/a%2Fb"); r.status != 400 {
 		t.Errorf("an escaped slash: %d %s; want 400, as sluice's proxy answers", r.status, r.body)
@@ -297,44 +325,60 @@ func checkDenied(t *testing.T, what string, r answer, limit string) {
 }
 
 // TestForwardAuthNGINX: real NGINX with the documented auth_request
-// configuration in front of a real upstream, sluice as its forward auth.
+// configuration in front of a real upstream, sluice as its forward auth;
+// and again with the token, as the document's comment shows.
 func TestForwardAuthNGINX(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts nginx")
 	}
-	decision := startAuthzGateway(t)
-	up, hits := countingUpstream(t)
-	conf := docBlock(t, "nginx")
-	conf = replaceAll(t, conf, "127.0.0.1:8070", decision)
-	conf = replaceAll(t, conf, "127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://"))
-	ng := proxytest.NGINX(t, func(addr string) string {
-		return replaceAll(t, conf, "listen 127.0.0.1:8080;", "listen "+addr+";")
-	})
-	exerciseForwardAuth(t, ng.URL(), hits, true)
-	// The auth location is internal: a client cannot ask it.
-	if r := do(t, clientFrom("127.0.0.6"), "GET", ng.URL()+"/.sluice/authz"); r.status != 404 {
-		t.Errorf("the auth location from outside: %d; want 404", r.status)
-	}
-	if t.Failed() {
-		t.Logf("nginx log:\n%s", ng.Log())
+	for _, token := range []bool{false, true} {
+		t.Run(fmt.Sprintf("token=%v", token), func(t *testing.T) {
+			decision := startAuthzGateway(t, token)
+			up, hits := countingUpstream(t)
+			conf := docBlock(t, "nginx")
+			conf = replaceAll(t, conf, "127.0.0.1:8070", decision)
+			conf = replaceAll(t, conf, "127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://"))
+			if token {
+				conf = replaceAll(t, conf, `# proxy_set_header X-Sluice-Authorization "Bearer TOKEN";`, `proxy_set_header X-Sluice-Authorization "Bearer `+authzToken+`";`)
+			}
+			ng := proxytest.NGINX(t, func(addr string) string {
+				return replaceAll(t, conf, "listen 127.0.0.1:8080;", "listen "+addr+";")
+			})
+			exerciseForwardAuth(t, ng.URL(), hits, true)
+			// The auth location is internal: a client cannot ask it.
+			if r := do(t, clientFrom("127.0.0.6"), "GET", ng.URL()+"/.sluice/authz"); r.status != 404 {
+				t.Errorf("the auth location from outside: %d; want 404", r.status)
+			}
+			if t.Failed() {
+				t.Logf("nginx log:\n%s", ng.Log())
+			}
+		})
 	}
 }
 
-// TestForwardAuthCaddy: real Caddy with the documented configuration.
+// TestForwardAuthCaddy: real Caddy with the documented configuration, and
+// again with the token.
 func TestForwardAuthCaddy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts caddy")
 	}
-	decision := startAuthzGateway(t)
-	up, hits := countingUpstream(t)
-	conf := docBlock(t, "caddyfile")
-	conf = replaceAll(t, conf, "127.0.0.1:8070", decision)
-	conf = replaceAll(t, conf, "127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://"))
-	cd := proxytest.Caddy(t, func(addr string) string {
-		return replaceAll(t, conf, "http://127.0.0.1:8080", "http://"+addr)
-	})
-	exerciseForwardAuth(t, cd.URL(), hits, true)
-	if t.Failed() {
-		t.Logf("caddy log:\n%s", cd.Log())
+	for _, token := range []bool{false, true} {
+		t.Run(fmt.Sprintf("token=%v", token), func(t *testing.T) {
+			decision := startAuthzGateway(t, token)
+			up, hits := countingUpstream(t)
+			conf := docBlock(t, "caddyfile")
+			conf = replaceAll(t, conf, "127.0.0.1:8070", decision)
+			conf = replaceAll(t, conf, "127.0.0.1:3000", strings.TrimPrefix(up.URL, "http://"))
+			if token {
+				conf = replaceAll(t, conf, `# header_up X-Sluice-Authorization "Bearer TOKEN"`, `header_up X-Sluice-Authorization "Bearer `+authzToken+`"`)
+			}
+			cd := proxytest.Caddy(t, func(addr string) string {
+				return replaceAll(t, conf, "http://127.0.0.1:8080", "http://"+addr)
+			})
+			exerciseForwardAuth(t, cd.URL(), hits, true)
+			if t.Failed() {
+				t.Logf("caddy log:\n%s", cd.Log())
+			}
+		})
 	}
 }
