@@ -38,9 +38,9 @@ import (
 //
 // Either way the client is the address the Limiter finds in the header of
 // forwarded_header, so the peer must be a trusted proxy and must send that
-// header; a request from any other peer is refused (403) before any of its
-// headers is read, and one without the header (400) would key the proxy
-// itself.
+// header: a request from any other peer is refused (403) before any header
+// that describes the original request is read, and one without the
+// forwarding header (400) would key the proxy itself.
 
 // authzPath is the forward-auth endpoint.
 const authzPath = "/v1/authz"
