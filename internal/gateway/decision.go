@@ -39,9 +39,17 @@ func (g *Gateway) Decision() http.Handler {
 		g.serveCheck(w, r, g.state.Load())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "the decision listener serves POST /v1/check")
+		writeError(w, http.StatusNotFound, "not_found", "the decision listener serves POST /v1/check and forward auth on /v1/authz")
 	})
-	return g.decisionFlight.guard(mux)
+	// /v1/authz/PATH carries the original path as the client sent it,
+	// which the ServeMux would clean and redirect: it is routed first.
+	return g.decisionFlight.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isAuthz(r.URL.Path) {
+			g.serveAuthz(w, r, g.state.Load(), false)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
 
 type checkRequest struct {
