@@ -247,17 +247,23 @@ func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus 
 // resetSeconds is duration_until_reset in whole seconds: the end of the
 // current window for envoyproxy/ratelimit's fixed window (from the
 // store's clock when the decision says it, else from ours), the time until
-// the bucket is whole again for sluice's other algorithms.
+// the bucket is whole again for sluice's other algorithms, and a second
+// when the store failed and on_error refused.
 func (s *service) resetSeconds(d *decision) int64 {
-	reset := d.res.ResetAfter
-	if d.over {
-		reset = max(reset, d.res.RetryAfter)
-	}
-	if reset > 0 && !d.failed && d.limit.Policy != "" {
-		return ceilSeconds(reset)
-	}
-	if !d.limit.Counted && d.limit.Policy != "" && !d.failed {
-		return 0
+	switch {
+	case d.failed && d.over:
+		return max(1, ceilSeconds(d.res.RetryAfter))
+	case d.limit.Policy != "" && !d.failed:
+		reset := d.res.ResetAfter
+		if d.over {
+			reset = max(reset, d.res.RetryAfter)
+		}
+		if reset > 0 {
+			return ceilSeconds(reset)
+		}
+		if !d.limit.Counted {
+			return 0
+		}
 	}
 	u := d.limit.UnitSeconds
 	return u - s.now().Unix()%u
