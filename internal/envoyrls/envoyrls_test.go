@@ -328,6 +328,19 @@ func testDescriptors(t *testing.T, s *served) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("no descriptors: %v", err)
 		}
+		many := &rlsv3.RateLimitRequest{Domain: "test"}
+		for range 65 {
+			many.Descriptors = append(many.Descriptors, desc("user", "m"))
+		}
+		if _, err = s.rls.ShouldRateLimit(ctx, many); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("65 descriptors: %v", err)
+		}
+		huge := &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", strings.Repeat("h", 70<<10))}}
+		if _, err = s.rls.ShouldRateLimit(ctx, huge); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a message beyond max_header_bytes: %v", err)
+		}
+		// The connection still serves.
+		expect(t, "after", s.one(t, "test", desc("user", "gina")), ok, 2)
 	})
 	t.Run("health", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

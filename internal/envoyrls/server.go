@@ -86,7 +86,7 @@ func New(source Source, opts Options) *Server {
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxInFlight, 1<<20))),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.bound),
 	)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, &service{source: source, log: opts.Logger, now: opts.Now})
