@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -324,22 +323,34 @@ func (s *service) headers(lim *httplimit.Limiter, ds []decision, over bool, elap
 
 func wait(d *decision) time.Duration { return max(d.res.RetryAfter, d.res.ResetAfter) }
 
-// headerValues turns h into Envoy's header list, in lower case and in
-// the order of the names.
+// headerValues turns h into Envoy's header list, in lower case, in the
+// order of fieldNames (the names Limiter.Fields sets).
 func headerValues(h http.Header) []*corev3.HeaderValue {
-	if len(h) == 0 {
+	n := 0
+	for _, f := range fieldNames {
+		n += len(h[f.canonical])
+	}
+	if n == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	out := make([]*corev3.HeaderValue, 0, len(names))
-	for _, k := range names {
-		for _, v := range h[k] {
-			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
+	vals := make([]corev3.HeaderValue, n) // one allocation for them all
+	out := make([]*corev3.HeaderValue, 0, n)
+	for _, f := range fieldNames {
+		for _, v := range h[f.canonical] {
+			hv := &vals[len(out)]
+			hv.Key, hv.Value = f.lower, v
+			out = append(out, hv)
 		}
 	}
 	return out
 }
+
+// fieldNames are the header names Limiter.Fields may set.
+var fieldNames = func() []struct{ canonical, lower string } {
+	var out []struct{ canonical, lower string }
+	for _, n := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy", "RateLimit",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+		out = append(out, struct{ canonical, lower string }{http.CanonicalHeaderKey(n), strings.ToLower(n)})
+	}
+	return out
+}()

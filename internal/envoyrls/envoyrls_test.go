@@ -174,6 +174,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: banned
     rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: counted
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: category
     value: account
     rate_limit:
@@ -248,6 +251,14 @@ func testDescriptors(t *testing.T, s *served) {
 		st := resp.Statuses[0]
 		if resp.OverallCode != ok || st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != 1 || st.DurationUntilReset == nil || len(resp.ResponseHeadersToAdd) != 0 {
 			t.Fatalf("shadow over the limit: %v", resp)
+		}
+	})
+	t.Run("quota mode", func(t *testing.T) {
+		expect(t, "counted", s.one(t, "test", desc("counted", "x")), ok, 0)
+		resp := s.call(t, &rlsv3.RateLimitRequest{Domain: "test", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("counted", "x")}})
+		st := resp.Statuses[0]
+		if resp.OverallCode != ok || st.Code != ok || st.CurrentLimit.GetRequestsPerUnit() != 1 || st.DurationUntilReset != nil || len(resp.ResponseHeadersToAdd) != 0 {
+			t.Fatalf("quota over the limit: %v", resp)
 		}
 	})
 	t.Run("requests_per_unit 0", func(t *testing.T) {
