@@ -59,8 +59,7 @@ func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Pe
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	// The peer reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
-	confDir := filepath.Join(dir, "runtime", "ratelimit", "config")
+	confDir := ConfigDir(filepath.Join(dir, "runtime"))
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -95,38 +94,9 @@ func launch(bin, dir string, redis *redistest.Server) (*Peer, error) {
 		return nil, err
 	}
 	p := &Peer{grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), dir: dir, done: make(chan struct{})}
-	env := map[string]string{
-		"HOST":                          "127.0.0.1",
-		"PORT":                          strconv.Itoa(ports[1]),
-		"DEBUG_HOST":                    "127.0.0.1",
-		"DEBUG_PORT":                    strconv.Itoa(ports[2]),
-		"GRPC_HOST":                     "127.0.0.1",
-		"GRPC_PORT":                     strconv.Itoa(ports[0]),
-		"USE_STATSD":                    "false",
-		"USE_PROMETHEUS":                "false",
-		"LOG_LEVEL":                     "warn",
-		"BACKEND_TYPE":                  "redis",
-		"REDIS_SOCKET_TYPE":             "tcp",
-		"REDIS_TYPE":                    "SINGLE",
-		"REDIS_URL":                     redis.Addr(),
-		"RUNTIME_ROOT":                  filepath.Join(dir, "runtime"),
-		"RUNTIME_SUBDIRECTORY":          "ratelimit",
-		"RUNTIME_APPDIRECTORY":          "config",
-		"RUNTIME_WATCH_ROOT":            "false",
-		"LOCAL_CACHE_SIZE_IN_BYTES":     "0", // every decision is Redis's, as sluice's are
-		"EXPIRATION_JITTER_MAX_SECONDS": "0",
-	}
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		// The test's own environment must not configure the peer.
-		if name, _, _ := strings.Cut(kv, "="); env[name] == "" {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
+	cmd.Env = Environ(filepath.Join(dir, "runtime"), redis.Addr(), ports[0], ports[1], ports[2])
 	logPath := filepath.Join(dir, "ratelimit.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -159,6 +129,52 @@ func launch(bin, dir string, redis *redistest.Server) (*Peer, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Environ returns the environment that runs envoyproxy/ratelimit on
+// loopback: gRPC on grpcPort, its HTTP and debug listeners on the other
+// two, the descriptor files of ConfigDir(runtimeRoot), counters in the
+// Redis at redisAddr, no statsd and no local cache (every decision is
+// Redis's, as sluice's are). The variables of the process's own
+// environment that the peer reads are overridden, the rest kept.
+func Environ(runtimeRoot, redisAddr string, grpcPort, httpPort, debugPort int) []string {
+	env := map[string]string{
+		"HOST":                          "127.0.0.1",
+		"PORT":                          strconv.Itoa(httpPort),
+		"DEBUG_HOST":                    "127.0.0.1",
+		"DEBUG_PORT":                    strconv.Itoa(debugPort),
+		"GRPC_HOST":                     "127.0.0.1",
+		"GRPC_PORT":                     strconv.Itoa(grpcPort),
+		"USE_STATSD":                    "false",
+		"USE_PROMETHEUS":                "false",
+		"LOG_LEVEL":                     "warn",
+		"BACKEND_TYPE":                  "redis",
+		"REDIS_SOCKET_TYPE":             "tcp",
+		"REDIS_TYPE":                    "SINGLE",
+		"REDIS_URL":                     redisAddr,
+		"RUNTIME_ROOT":                  runtimeRoot,
+		"RUNTIME_SUBDIRECTORY":          "ratelimit",
+		"RUNTIME_APPDIRECTORY":          "config",
+		"RUNTIME_WATCH_ROOT":            "false",
+		"LOCAL_CACHE_SIZE_IN_BYTES":     "0",
+		"EXPIRATION_JITTER_MAX_SECONDS": "0",
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); env[name] == "" {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// ConfigDir is where envoyproxy/ratelimit run with Environ(runtimeRoot, …)
+// reads its descriptor files.
+func ConfigDir(runtimeRoot string) string {
+	return filepath.Join(runtimeRoot, "ratelimit", "config")
 }
 
 // freePorts reserves n free loopback ports and releases them for the peer to
