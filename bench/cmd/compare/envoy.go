@@ -27,8 +27,10 @@ type envoyRun struct {
 	cpu, redisCPU time.Duration
 }
 
-func (r envoyRun) cpuPer() float64      { return float64(r.cpu.Nanoseconds()) / float64(r.Decisions) / 1e3 }
-func (r envoyRun) redisCPUPer() float64 { return float64(r.redisCPU.Nanoseconds()) / float64(r.Decisions) / 1e3 }
+func (r envoyRun) cpuPer() float64 { return float64(r.cpu.Nanoseconds()) / float64(r.Decisions) / 1e3 }
+func (r envoyRun) redisCPUPer() float64 {
+	return float64(r.redisCPU.Nanoseconds()) / float64(r.Decisions) / 1e3
+}
 
 // envoyResult is the best run of each service at one number of callers.
 type envoyResult struct {
