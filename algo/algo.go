@@ -156,9 +156,11 @@ func Paces(name string) bool {
 
 // Window is the window W every window algorithm gives rule r: the time the
 // token bucket of r takes to refill from empty, Burst/Rate seconds rounded
-// up to the microsecond. In each window of W at most Burst is admitted.
+// up to the microsecond (a quotient within float64 rounding of a whole
+// number of µs is that number: n per minute is exactly a minute). In each
+// window of W at most Burst is admitted.
 func Window(r sluice.Rule) time.Duration {
-	return r.RefillTime()
+	return time.Duration(window(r)) * time.Microsecond
 }
 
 func unknown(name string) error {

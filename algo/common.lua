@@ -51,9 +51,17 @@ local function ceil_micros(us)
   return math.ceil(us)
 end
 
--- window: W = Burst/Rate seconds rounded up to the µs, as Rule.RefillTime.
+-- window: W = Burst/Rate seconds rounded up to the µs, as Rule.RefillTime,
+-- except that a quotient within float rounding of a whole number of µs is
+-- that number (window in report.go: n per minute is exactly a minute).
 for i = 1, n do
-  win[i] = ceil_micros(burst[i] / rate[i] * 1e6)
+  local us = burst[i] / rate[i] * 1e6
+  local near = math.floor(us + 0.5)
+  if near >= 1 and near < max_us and math.abs(us - near) <= tolerance * near then
+    win[i] = near
+  else
+    win[i] = ceil_micros(us)
+  end
 end
 
 -- remaining: the whole number of units in room, never below zero.

@@ -41,7 +41,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 		{{Rate: 1.0 / 3, Burst: 7}},
 		{{Rate: 20, Burst: 100}, {Rate: 10000.0 / 86400, Burst: 150}},
 		{{Rate: 5, Burst: 5}, {Rate: 100.0 / 60, Burst: 30}, {Rate: 0.1, Burst: 50}},
-		{{Rate: 200, Burst: 1200}}, // costs above the script's ZADD chunk of 500
+		{{Rate: 200, Burst: 1200}},                                   // costs above the script's ZADD chunk of 500
+		{{Rate: 7.0 / 60, Burst: 7}, {Rate: 11.0 / 3600, Burst: 11}}, // W snapped to the unit
 	}
 	for _, name := range Names()[1:] {
 		t.Run(name, func(t *testing.T) {

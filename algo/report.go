@@ -52,8 +52,15 @@ func pick(rules []sluice.Rule, out []outcome, allowed bool, retry, delay int64) 
 	}
 }
 
-// window is W of rule r in microseconds (see Window).
+// window is W of rule r in microseconds (see Window): Burst/Rate seconds
+// rounded up to the µs, except that a quotient float64 rounding puts a
+// hair off a whole number of µs is that number. Without it, 7 per minute
+// (rate 7/60) would have a window of 60.000001 s, not the minute it says.
 func window(r sluice.Rule) int64 {
+	us := float64(r.Burst) / r.Rate * 1e6
+	if n := math.Round(us); n >= 1 && n < maxMicros && math.Abs(us-n) <= tolerance*n {
+		return int64(n)
+	}
 	return r.RefillTime().Microseconds()
 }
 

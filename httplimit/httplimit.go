@@ -79,6 +79,8 @@ type Policy struct {
 	Name string
 
 	// Pattern is a net/http ServeMux pattern: [METHOD ][HOST]/PATH.
+	// Empty: no request matches it; the policy is reached only by name,
+	// through Check.
 	Pattern string
 
 	// Cost is the number of tokens one request takes (0 only inspects,
@@ -294,10 +296,12 @@ func New(opts Options) (*Limiter, error) {
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
 		}
-		if err := register(l.mux, matchPattern(p.Pattern, l.paths.CaseInsensitive), p); err != nil {
-			return nil, err
+		if p.Pattern != "" { // without one, the policy is reached only by name (Check)
+			if err := register(l.mux, matchPattern(p.Pattern, l.paths.CaseInsensitive), p); err != nil {
+				return nil, err
+			}
+			l.noteMethod(p.Pattern)
 		}
-		l.noteMethod(p.Pattern)
 		p.counters = l.metrics.forPolicy(p.Name)
 		l.byName[p.Name] = p
 	}

@@ -157,9 +157,11 @@ proxy to its upstream that enforces its policies and answers 429 with
 RateLimit headers; the decision API POST /v1/check on its own listener
 (decision_api.listen, 127.0.0.1:8070 by default; never the traffic
 listener unless decision_api.on_traffic_listener says so); and /metrics,
-/healthz and /readyz on the admin listener. Without an upstream only the
-decision API is served; without a store section the buckets live in
-memory.
+/healthz and /readyz on the admin listener. With envoy_rls.listen it also
+serves Envoy's rate limit service over gRPC from envoyproxy/ratelimit's
+descriptor files (envoy_rls.config_dir; see docs/envoy.md). Without an
+upstream only the decision API is served; without a store section the
+buckets live in memory.
 
 SIGHUP reopens the access log (access_log.path, for logrotate), reads FILE
 again and switches to it; an invalid file is logged and the running

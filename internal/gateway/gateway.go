@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/resilient"
 )
@@ -61,6 +62,8 @@ type Gateway struct {
 
 	traffic, admin, decision       *http.Server
 	trafficLn, adminLn, decisionLn net.Listener
+	rls                            *envoyrls.Server // envoy_rls: the gRPC listener (nil: off)
+	rlsLn                          net.Listener
 
 	trafficFlight, decisionFlight *inFlight // requests in flight per listener
 	rejections                    *prometheus.CounterVec
@@ -192,6 +195,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.Policies = append(opts.Policies, cfg.EnvoyRLS.Policies()...)
 	opts.Store = g.store
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
@@ -373,7 +377,7 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 	if !reflect.DeepEqual(old.Store, cfg.Store) {
 		g.log.Warn("sluice: the store section changed; it applies at the next restart", "file", g.path)
 	}
-	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen || old.DecisionAPI.Listen != cfg.DecisionAPI.Listen {
+	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen || old.DecisionAPI.Listen != cfg.DecisionAPI.Listen || old.EnvoyRLS.Listen != cfg.EnvoyRLS.Listen {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
@@ -383,7 +387,8 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 }
 
 // Listen opens the traffic, admin and decision listeners of the
-// configuration (the last unless decision_api.listen is off).
+// configuration (the last unless decision_api.listen is off), and the
+// gRPC listener of envoy_rls when it has an address.
 func (g *Gateway) Listen() error {
 	cfg := g.Config()
 	var err error
@@ -401,7 +406,44 @@ func (g *Gateway) Listen() error {
 			return fmt.Errorf("decision_api.listen: %w", err)
 		}
 	}
+	if cfg.EnvoyRLS.Enabled() {
+		if g.rlsLn, err = net.Listen("tcp", cfg.EnvoyRLS.Listen); err != nil {
+			g.trafficLn.Close()
+			g.adminLn.Close()
+			if g.decisionLn != nil {
+				g.decisionLn.Close()
+			}
+			return fmt.Errorf("envoy_rls.listen: %w", err)
+		}
+	}
 	return nil
+}
+
+// RLSAddr returns the address of the envoy_rls gRPC listener, or nil
+// when it is off.
+func (g *Gateway) RLSAddr() net.Addr {
+	if g.rlsLn == nil {
+		return nil
+	}
+	return g.rlsLn.Addr()
+}
+
+// serveRLS serves Envoy's rate limit service on the gRPC listener, with
+// the descriptors and the Limiter of the running configuration.
+func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
+	g.rls = envoyrls.New(func() (*config.EnvoyRLS, *httplimit.Limiter) {
+		st := g.state.Load()
+		return &st.cfg.EnvoyRLS, st.limiter
+	}, envoyrls.Options{
+		MaxInFlight:      cfg.Server.MaxInFlight,
+		MaxConnections:   cfg.Server.MaxConnections,
+		MaxMessageBytes:  cfg.Server.MaxHeaderBytes,
+		HandshakeTimeout: cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:      cfg.Server.IdleTimeout,
+		Rejected:         func(reason string) { g.rejected("envoy_rls", reason) },
+		Logger:           g.log,
+	})
+	go func() { errc <- g.rls.Serve(g.rlsLn) }()
 }
 
 // Addrs returns the addresses the traffic and admin listeners are bound to.
@@ -436,12 +478,19 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	g.log.Info("sluice: serving", "listen", g.trafficLn.Addr().String(), "admin_listen", g.adminLn.Addr().String(),
 		"decision_listen", decisionAddr, "decision_api_on_traffic_listener", cfg.DecisionAPI.OnTrafficListener,
 		"mode", mode, "store", cfg.Store.Type, "policies", len(cfg.Policies))
-	errc := make(chan error, 3)
+	if g.rlsLn != nil {
+		g.log.Info("sluice: serving Envoy's rate limit service", "envoy_rls_listen", g.rlsLn.Addr().String(),
+			"domains", len(cfg.EnvoyRLS.Domains()), "limits", len(cfg.EnvoyRLS.Policies()))
+	}
+	errc := make(chan error, 4)
 	go func() { errc <- g.traffic.Serve(g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")) }()
 	go func() { errc <- g.admin.Serve(g.adminLn) }()
 	if g.decisionLn != nil {
 		g.decision = newServer(g.Decision(), cfg.Server, g.log)
 		go func() { errc <- g.decision.Serve(g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")) }()
+	}
+	if g.rlsLn != nil {
+		g.serveRLS(cfg, errc)
 	}
 	var err error
 	select {
@@ -453,16 +502,19 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	e1 := g.traffic.Shutdown(sctx)
 	e2 := g.admin.Shutdown(sctx)
-	var e3 error
+	var e3, e4 error
 	if g.decision != nil {
 		e3 = g.decision.Shutdown(sctx)
+	}
+	if g.rls != nil {
+		e4 = g.rls.Stop(sctx)
 	}
 	g.closeAccessLog()
 	_ = g.closeStore()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return errors.Join(e1, e2, e3)
+	return errors.Join(e1, e2, e3, e4)
 }
 
 // Close releases the store of a gateway that never served.

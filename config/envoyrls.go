@@ -1,0 +1,391 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// EnvoyRLS serves Envoy's global rate limit service (gRPC,
+// envoy.service.ratelimit.v3) from envoyproxy/ratelimit's descriptor files,
+// read as they are (docs/envoy.md).
+type EnvoyRLS struct {
+	// Listen is the gRPC listener's HOST:PORT. Empty (the default): no
+	// gRPC listener.
+	Listen string `yaml:"listen"`
+	// ConfigDir holds envoyproxy/ratelimit's descriptor files: every
+	// *.yaml and *.yml in it, one domain each. Relative to the
+	// configuration file.
+	ConfigDir string `yaml:"config_dir"`
+
+	domains  map[string]*RLSDescriptor
+	policies []httplimit.Policy
+}
+
+// Enabled reports whether the gRPC listener is configured.
+func (e *EnvoyRLS) Enabled() bool { return e.Listen != "" }
+
+// Domains returns the descriptor trees read from ConfigDir, by domain.
+func (e *EnvoyRLS) Domains() map[string]*RLSDescriptor { return e.domains }
+
+// Policies returns the policies the descriptors compile to, one per
+// rate_limit that the store decides: they have no pattern and are reached
+// only by name (RLSLimit.Policy).
+func (e *EnvoyRLS) Policies() []httplimit.Policy { return e.policies }
+
+// RLSDescriptor is one level of a descriptor tree: the domain, or one
+// descriptor of a file.
+type RLSDescriptor struct {
+	// Children are the descriptors below, by "key_value", or "key" alone
+	// when the value is empty, as envoyproxy/ratelimit indexes them.
+	Children map[string]*RLSDescriptor
+	// Wildcards are the keys of Children whose value ends in "*", in the
+	// order of the file: a value that matches none exactly takes the
+	// first whose prefix it has.
+	Wildcards []string
+	// Limit is the descriptor's rate_limit; nil when it has none.
+	Limit *RLSLimit
+	// Shared is the wildcard value ("files/*") under share_threshold:
+	// every value it matches counts in one bucket. Empty otherwise.
+	Shared string
+}
+
+// RLSLimit is one rate_limit of a descriptor file.
+type RLSLimit struct {
+	// Policy is the name of the policy that decides it,
+	// "rls:DOMAIN/key=value/key"; empty when unlimited or when
+	// requests_per_unit is 0 (every hit over the limit), which no store
+	// needs to decide.
+	Policy string
+	// Unit is SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR, as Envoy's
+	// enum spells it; UnitSeconds its length (a month is 30 days, a year
+	// 365). Empty and 0 when unlimited.
+	Unit            string
+	UnitSeconds     int64
+	RequestsPerUnit uint32
+	Unlimited       bool
+	Name            string   // rate_limit.name, which replaces names
+	Replaces        []string // names of the limits this one replaces
+	Shadow          bool     // shadow_mode: decide and count, never refuse
+	Quota           bool     // quota_mode: over the limit is reported, never refused
+	// Counted: the decision is envoyproxy/ratelimit's fixed window, which
+	// counts a refused hit too. False for sluice's other algorithms.
+	Counted bool
+	File    string
+	Line    int
+}
+
+// The units of envoyproxy/ratelimit, in seconds.
+var rlsUnits = map[string]int64{
+	"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400,
+	"WEEK": 7 * 86400, "MONTH": 30 * 86400, "YEAR": 365 * 86400,
+}
+
+// The YAML of a descriptor file. The fields are envoyproxy/ratelimit's;
+// algorithm, burst and on_error in rate_limit are sluice's additions.
+type rlsFile struct {
+	Domain      string          `yaml:"domain"`
+	Descriptors []rlsDescriptor `yaml:"descriptors"`
+}
+
+type rlsDescriptor struct {
+	Key            string          `yaml:"key"`
+	Value          string          `yaml:"value"`
+	RateLimit      *rlsRateLimit   `yaml:"rate_limit"`
+	Descriptors    []rlsDescriptor `yaml:"descriptors"`
+	ShadowMode     bool            `yaml:"shadow_mode"`
+	QuotaMode      bool            `yaml:"quota_mode"`
+	DetailedMetric bool            `yaml:"detailed_metric"`
+	ValueToMetric  bool            `yaml:"value_to_metric"`
+	ShareThreshold bool            `yaml:"share_threshold"`
+}
+
+type rlsRateLimit struct {
+	Unit            string       `yaml:"unit"`
+	RequestsPerUnit *int64       `yaml:"requests_per_unit"`
+	Unlimited       bool         `yaml:"unlimited"`
+	Name            string       `yaml:"name"`
+	Replaces        []rlsReplace `yaml:"replaces"`
+	Algorithm       string       `yaml:"algorithm"`
+	Burst           int64        `yaml:"burst"`
+	OnError         string       `yaml:"on_error"`
+}
+
+type rlsReplace struct {
+	Name string `yaml:"name"`
+}
+
+// maxRLSFiles bounds the files of config_dir; maxRLSFileBytes each file.
+const (
+	maxRLSFiles     = 1000
+	maxRLSFileBytes = 4 << 20
+)
+
+func (v *validator) envoyRLS() {
+	e := &v.c.EnvoyRLS
+	if e.Listen != "" {
+		v.hostPort("envoy_rls.listen", e.Listen)
+		c := v.c
+		if (e.Listen == c.Listen || e.Listen == c.AdminListen || e.Listen == c.DecisionAPI.Listen) && !strings.HasSuffix(e.Listen, ":0") {
+			v.fail("envoy_rls.listen", "%q is also the traffic, admin or decision listener; want an address of its own, such as 127.0.0.1:8081", e.Listen)
+		}
+	}
+	if e.ConfigDir == "" {
+		return
+	}
+	if e.Listen == "" {
+		f := FieldError{File: v.file, Line: v.line("envoy_rls.config_dir"), Field: "envoy_rls.config_dir",
+			Msg: "set, but envoy_rls.listen is empty: no gRPC listener serves these descriptors; set listen, such as 127.0.0.1:8081"}
+		v.c.Warnings = append(v.c.Warnings, f.Error())
+	}
+	dir := v.path(e.ConfigDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		v.fail("envoy_rls.config_dir", "cannot read the descriptor files: %v; want a directory of envoyproxy/ratelimit YAML files", err)
+		return
+	}
+	var files []string
+	for _, de := range entries {
+		name := de.Name()
+		if ext := filepath.Ext(name); (ext == ".yaml" || ext == ".yml") && !de.IsDir() {
+			files = append(files, filepath.Join(dir, name))
+		}
+	}
+	if len(files) > maxRLSFiles {
+		v.fail("envoy_rls.config_dir", "%s holds %d YAML files; want at most %d", dir, len(files), maxRLSFiles)
+		return
+	}
+	l := &rlsLoader{v: v, domains: make(map[string]*RLSDescriptor), where: make(map[string]string), names: make(map[string]string)}
+	for _, f := range files {
+		l.file(f)
+	}
+	e.domains, e.policies = l.domains, l.policies
+}
+
+// rlsLoader reads descriptor files into trees and policies; its errors
+// name the descriptor file, the line and the field.
+type rlsLoader struct {
+	v        *validator
+	domains  map[string]*RLSDescriptor
+	where    map[string]string // domain -> file:line that defines it
+	names    map[string]string // policy name -> file:line, for collisions
+	policies []httplimit.Policy
+
+	cur   string // the file being read
+	lines map[string]int
+}
+
+func (l *rlsLoader) fail(path, format string, args ...any) {
+	line := 0
+	for p := path; p != ""; {
+		if n, ok := l.lines[p]; ok {
+			line = n
+			break
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	l.v.errs.add(l.cur, line, path, fmt.Sprintf(format, args...))
+}
+
+func (l *rlsLoader) file(path string) {
+	l.cur, l.lines = path, make(map[string]int)
+	info, err := os.Stat(path)
+	if err == nil && info.Size() > maxRLSFileBytes {
+		err = fmt.Errorf("%d bytes; want at most %d", info.Size(), maxRLSFileBytes)
+	}
+	var data []byte
+	if err == nil {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		l.v.errs.add(path, 0, "", "cannot read this descriptor file: "+err.Error())
+		return
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			l.v.errs.add(path, 0, "domain", "the file is empty; want an envoyproxy/ratelimit descriptor file (domain: and descriptors:)")
+		} else {
+			l.v.errs.add(path, yamlErrorLine(err), "", "not valid YAML: "+err.Error())
+		}
+		return
+	}
+	var f rlsFile
+	d := &decoder{file: path, errs: l.v.errs, lines: l.lines, bad: make(map[string]bool)}
+	d.decode(&root, reflect.ValueOf(&f).Elem(), "")
+	if d.nodes > maxNodes {
+		return
+	}
+	if f.Domain == "" {
+		l.fail("domain", "missing; want the domain Envoy's rate limit filter names, such as domain: edge")
+		return
+	}
+	if at, dup := l.where[f.Domain]; dup {
+		l.fail("domain", "%q is also the domain of %s; want one file per domain", f.Domain, at)
+		return
+	}
+	l.where[f.Domain] = fmt.Sprintf("%s:%d", path, l.lines["domain"])
+	top := &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
+	l.domains[f.Domain] = top
+	l.descriptors(top, f.Domain, "rls:"+f.Domain, "descriptors", f.Descriptors)
+}
+
+// descriptors loads list, at field path at, under parent, whose policy
+// name so far is name.
+func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, at string, list []rlsDescriptor) {
+	for i := range list {
+		dp := fmt.Sprintf("%s[%d]", at, i)
+		d := &list[i]
+		if d.Key == "" {
+			l.fail(dp+".key", "missing; want the descriptor key Envoy sends, such as key: remote_address")
+			continue
+		}
+		final := d.Key
+		if d.Value != "" {
+			final += "_" + d.Value
+		}
+		if _, dup := parent.Children[final]; dup {
+			l.fail(dp+".key", "key %q with value %q is given twice at this level (envoyproxy/ratelimit's composite key %q); keep one", d.Key, d.Value, final)
+			continue
+		}
+		node := &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
+		wildcard := strings.HasSuffix(final, "*")
+		if d.ShareThreshold {
+			if !wildcard {
+				l.fail(dp+".share_threshold", "needs a wildcard value ending in '*', such as value: files/*; %q has none", d.Value)
+			} else {
+				node.Shared = d.Value
+			}
+		}
+		if wildcard {
+			parent.Wildcards = append(parent.Wildcards, final)
+		}
+		path := name + "/" + d.Key
+		if d.Value != "" {
+			path += "=" + d.Value
+		}
+		if d.RateLimit != nil {
+			node.Limit = l.limit(dp, path, d)
+		}
+		parent.Children[final] = node
+		l.descriptors(node, domain, path, dp+".descriptors", d.Descriptors)
+	}
+}
+
+// limit reads the rate_limit of d (at field path dp) and, when the store
+// decides it, adds the policy named name.
+func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
+	rl := d.RateLimit
+	at := dp + ".rate_limit"
+	lim := &RLSLimit{Unlimited: rl.Unlimited, Name: rl.Name, Shadow: d.ShadowMode, Quota: d.QuotaMode, File: l.cur, Line: l.lines[at]}
+	unit := strings.ToUpper(rl.Unit)
+	secs, validUnit := rlsUnits[unit]
+	switch {
+	case rl.Unlimited && validUnit:
+		l.fail(at+".unit", "%q with unlimited: true; want no unit on an unlimited rate_limit", rl.Unit)
+	case !rl.Unlimited && !validUnit:
+		l.fail(at+".unit", "%q: want one of second, minute, hour, day, week, month (30 days), year (365 days)", rl.Unit)
+	case validUnit:
+		lim.Unit, lim.UnitSeconds = unit, secs
+	}
+	if rl.RequestsPerUnit != nil {
+		n := *rl.RequestsPerUnit
+		if n < 0 || n > math.MaxUint32 {
+			l.fail(at+".requests_per_unit", "%d: want a whole number from 0 to %d", n, uint32(math.MaxUint32))
+		} else {
+			lim.RequestsPerUnit = uint32(n)
+		}
+	} else if !rl.Unlimited {
+		f := FieldError{File: l.cur, Line: l.lines[at], Field: at + ".requests_per_unit",
+			Msg: "missing: 0, so every hit is over the limit (as envoyproxy/ratelimit reads it); write requests_per_unit: 0 if that is meant"}
+		l.v.c.Warnings = append(l.v.c.Warnings, f.Error())
+	}
+	for j, r := range rl.Replaces {
+		rp := fmt.Sprintf("%s.replaces[%d].name", at, j)
+		switch {
+		case r.Name == "":
+			l.fail(rp, "missing; want the name of the rate_limit this one replaces")
+		case r.Name == rl.Name:
+			l.fail(rp, "%q is this rate_limit's own name; a limit cannot replace itself", r.Name)
+		default:
+			lim.Replaces = append(lim.Replaces, r.Name)
+		}
+	}
+	// sluice's additions.
+	alg := rl.Algorithm
+	if alg == "" {
+		alg = algo.FixedWindow
+		lim.Counted = true
+	}
+	if !slices.Contains(algo.Names(), alg) {
+		l.fail(at+".algorithm", "%q: want one of %s (sluice's addition; without it, envoyproxy/ratelimit's fixed window)", alg, strings.Join(algo.Names(), ", "))
+		return lim
+	}
+	burst := int64(lim.RequestsPerUnit)
+	if rl.Burst != 0 {
+		switch {
+		case alg != algo.TokenBucket && alg != algo.LeakyBucket:
+			l.fail(at+".burst", "%d: burst is for algorithm: token_bucket or leaky_bucket; %s admits requests_per_unit per unit", rl.Burst, alg)
+		case rl.Burst < 1:
+			l.fail(at+".burst", "%d: want 1 or more", rl.Burst)
+		default:
+			burst = rl.Burst
+		}
+	}
+	onError := l.v.c.Store.OnError
+	if rl.OnError != "" {
+		if !slices.Contains([]string{"open", "closed", "local"}, rl.OnError) {
+			l.fail(at+".on_error", "%q: want one of open, closed, local (sluice's addition; without it, store.on_error)", rl.OnError)
+		}
+		onError = rl.OnError
+	}
+	if rl.Unlimited || lim.Unit == "" || lim.RequestsPerUnit == 0 {
+		return lim // decided without the store
+	}
+	rule := sluice.Rule{Rate: float64(lim.RequestsPerUnit) / float64(secs), Burst: burst}
+	if err := rule.Validate(); err != nil {
+		l.fail(at, "%d per %s: %v", lim.RequestsPerUnit, strings.ToLower(unit), err)
+		return lim
+	}
+	if at, dup := l.names[name]; dup {
+		l.fail(dp+".key", "names the same limit as %s (%q); rename one key or value", at, name)
+		return lim
+	}
+	l.names[name] = fmt.Sprintf("%s:%d", l.cur, l.lines[dp+".key"])
+	lim.Policy = name
+	p := httplimit.Policy{
+		Name:          name,
+		Cost:          1,
+		Authenticated: []sluice.Rule{rule},
+		Shadow:        d.ShadowMode || d.QuotaMode,
+	}
+	if alg != algo.TokenBucket {
+		p.Algorithm = alg
+	}
+	switch onError {
+	case "closed":
+		p.OnError = httplimit.FailClosed
+	case "local":
+		p.Local = true
+	}
+	l.policies = append(l.policies, p)
+	return lim
+}

@@ -1,0 +1,57 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// For front doors that decide by name (Check) and hand the response
+// fields to someone else to send, such as Envoy's response_headers_to_add.
+
+// Fields returns the header fields that a response of the named policy
+// carries for res, a decision of Check for key made elapsed ago, exactly as
+// the middleware would set them: the rate limit headers of Options.Headers
+// and XRateLimit and, when res denies, Retry-After (with the jitter of
+// Options.RetryAfterJitter). A shadow policy, and a name the Limiter does
+// not have, carry none: nil.
+func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time.Duration) http.Header {
+	p, ok := l.byName[policyName]
+	if !ok || p.Shadow {
+		return nil
+	}
+	rs := p.rulesFor(key, true)
+	h := make(http.Header, 6)
+	if !res.Allowed {
+		secs := l.retrySeconds(res, elapsed)
+		l.putHeaders(h, rs, res.Rule, res.Remaining, secs, new([numVals]string))
+		h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+		return h
+	}
+	l.putHeaders(h, rs, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
+	return h
+}
+
+// Charge takes delta more tokens (or gives back -delta) from key's buckets
+// under the named policy without deciding anything, as Check would key
+// them: for a front door whose protocol counts a refused request too
+// (envoyproxy/ratelimit's fixed window does). A store failure is logged
+// and returned; the charge is then lost.
+func (l *Limiter) Charge(ctx context.Context, policyName, key string, delta int64) error {
+	p, ok := l.byName[policyName]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty key", sluice.ErrInvalid)
+	}
+	rs := p.rulesFor(key, true)
+	var kb keyBuf
+	kb.build(p.Name, rs.class, key)
+	_, err := l.adjust(ctx, p, kb.String(), delta, rs.rules)
+	return err
+}

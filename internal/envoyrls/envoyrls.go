@@ -1,0 +1,345 @@
+// Package envoyrls is sluice's front door for Envoy's global rate limit
+// service: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+// over gRPC, with the gRPC health service, on a listener of its own.
+//
+// It decides nothing itself. The descriptor files (envoyproxy/ratelimit's,
+// read by package config) compile to httplimit policies without a pattern,
+// one per rate_limit, added to the gateway's one httplimit.Limiter; a call
+// is translated into (policy, key, cost) per descriptor and decided by
+// Limiter.Check, the decision core every front door goes through (the
+// proxy, the middleware, /v1/check), so that store, algorithms, failure
+// policy (on_error) and headers are the same everywhere. The translation
+// follows envoyproxy/ratelimit exactly: the same matching of descriptors
+// (value, then a wildcard value ending in '*', then the key alone; a limit
+// applies only where the request's last entry lands), the same buckets
+// (one per distinct list of entries, or per wildcard under
+// share_threshold), the same fixed window per unit aligned to the Unix
+// epoch, counting a refused hit too, and the same replaces, unlimited,
+// shadow_mode and quota_mode. Two things need no store: unlimited, and
+// requests_per_unit 0, which refuses every hit.
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// Source returns what a call decides with: the envoy_rls section of the
+// running configuration (its descriptor trees) and the Limiter compiled
+// from the same configuration, swapped together on reload.
+type Source func() (*config.EnvoyRLS, *httplimit.Limiter)
+
+// Bounds of one call: a real Envoy sends a few descriptors of a few
+// entries each.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+)
+
+// service implements RateLimitServiceServer.
+type service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	source Source
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// decision is what one descriptor of a call comes to.
+type decision struct {
+	limit  *config.RLSLimit // nil: no limit applies
+	key    string
+	cost   int64
+	res    sluice.Result
+	over   bool // over the limit (shadow and quota mode included)
+	failed bool // the store failed and on_error decided
+}
+
+// ShouldRateLimit decides every descriptor of req, in order.
+func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	switch {
+	case len(descs) == 0:
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(descs) > maxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors; want at most %d", len(descs), maxDescriptors)
+	}
+	rls, lim := s.source()
+	top := rls.Domains()[req.GetDomain()]
+	var buf [4]decision
+	ds := buf[:0]
+	if len(descs) > len(buf) {
+		ds = make([]decision, 0, len(descs))
+	}
+	var replaced map[string]bool
+	for _, d := range descs {
+		if len(d.GetEntries()) > maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d", len(d.GetEntries()), maxEntries)
+		}
+		l, key := match(top, d)
+		if l != nil && len(l.Replaces) > 0 {
+			if replaced == nil {
+				replaced = make(map[string]bool)
+			}
+			for _, name := range l.Replaces {
+				replaced[name] = true
+			}
+		}
+		ds = append(ds, decision{limit: l, key: key, cost: hitsAddend(req, d)})
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	for i := range ds {
+		d := &ds[i]
+		if d.limit != nil && !d.limit.Unlimited && d.limit.Name != "" && replaced[d.limit.Name] {
+			d.limit = nil
+		}
+		switch {
+		case d.limit == nil:
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		case d.limit.Unlimited:
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		s.decide(ctx, lim, d)
+		st := s.status(d)
+		resp.Statuses[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	resp.ResponseHeadersToAdd = s.headers(lim, ds, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, time.Since(start))
+	return resp, nil
+}
+
+// match finds the limit of descriptor d in the domain's tree top as
+// envoyproxy/ratelimit does, and the key of its bucket: every entry's key
+// and value (or the wildcard value under share_threshold), each
+// length-prefixed so that no two lists of entries share a key.
+func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (*config.RLSLimit, string) {
+	if top == nil {
+		return nil, ""
+	}
+	entries := d.GetEntries()
+	var limit *config.RLSLimit
+	var kb [128]byte
+	key := kb[:0]
+	var fb [128]byte
+	node := top
+	for i, e := range entries {
+		final := append(append(append(fb[:0], e.GetKey()...), '_'), e.GetValue()...)
+		next := node.Children[string(final)]
+		wild := false
+		if next == nil {
+			for _, w := range node.Wildcards {
+				if strings.HasPrefix(string(final), w[:len(w)-1]) {
+					next, wild = node.Children[w], true
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = node.Children[e.GetKey()]
+		}
+		value := e.GetValue()
+		if wild && next != nil && next.Shared != "" {
+			value = next.Shared
+		}
+		key = appendPart(appendPart(key, e.GetKey()), value)
+		if next != nil && next.Limit != nil && i == len(entries)-1 {
+			limit = next.Limit
+		}
+		if next == nil || len(next.Children) == 0 {
+			break
+		}
+		node = next
+	}
+	if limit == nil {
+		return nil, ""
+	}
+	return limit, string(key)
+}
+
+func appendPart(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+// hitsAddend is the cost of descriptor d: its own hits_addend when set
+// (0 only asks), else the request's, where 0 means 1.
+func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return int64(min(h.GetValue(), sluice.MaxBurst+1))
+	}
+	return max(1, int64(req.GetHitsAddend()))
+}
+
+// decide asks the Limiter about d, the one place this front door does.
+// A refusal of envoyproxy/ratelimit's fixed window is counted too, as
+// its INCRBY counts every hit; a cost beyond the limit is a refusal.
+func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decision) {
+	if d.limit.Policy == "" { // requests_per_unit: 0
+		d.over = d.cost > 0
+		return
+	}
+	res, err := lim.Check(ctx, d.limit.Policy, d.key, d.cost)
+	switch {
+	case err == nil:
+		d.res, d.over = res, !res.Allowed
+	case errors.Is(err, sluice.ErrCostExceedsBurst):
+		d.over = true
+	case lim.FailsClosed(d.limit.Policy):
+		d.over, d.failed = true, true
+		d.res = sluice.Result{RetryAfter: time.Second}
+		return
+	default: // on_error: open (local decided already, when it could)
+		d.failed = true
+		d.res = sluice.Result{Allowed: true, Limit: int64(d.limit.RequestsPerUnit), Remaining: int64(d.limit.RequestsPerUnit), DecidedBy: sluice.ByOpen}
+		return
+	}
+	if d.over && d.limit.Counted && d.cost > 0 && !d.res.DecidedBy.Degraded() {
+		_ = lim.Charge(context.WithoutCancel(ctx), d.limit.Policy, d.key, d.cost)
+	}
+}
+
+// status is the DescriptorStatus of a decided descriptor.
+func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus {
+	l := d.limit
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:         rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: unitOf(l.Unit)},
+	}
+	if !d.over {
+		st.LimitRemaining = uint32(min(max(0, d.res.Remaining), math.MaxUint32))
+	}
+	if d.over && l.Quota {
+		return st // reported, never refused, and no reset: as there
+	}
+	if d.over && !l.Shadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	st.DurationUntilReset = &durationpb.Duration{Seconds: s.resetSeconds(d)}
+	return st
+}
+
+// resetSeconds is duration_until_reset in whole seconds: the end of the
+// current window for envoyproxy/ratelimit's fixed window (from the
+// store's clock when the decision says it, else from ours), the time until
+// the bucket is whole again for sluice's other algorithms, and a second
+// when the store failed and on_error refused.
+func (s *service) resetSeconds(d *decision) int64 {
+	switch {
+	case d.failed && d.over:
+		return max(1, ceilSeconds(d.res.RetryAfter))
+	case d.limit.Policy != "" && !d.failed:
+		reset := d.res.ResetAfter
+		if d.over {
+			reset = max(reset, d.res.RetryAfter)
+		}
+		if reset > 0 {
+			return ceilSeconds(reset)
+		}
+		if !d.limit.Counted {
+			return 0
+		}
+	}
+	u := d.limit.UnitSeconds
+	return u - s.now().Unix()%u
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+var units = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"SECOND": rlsv3.RateLimitResponse_RateLimit_SECOND,
+	"MINUTE": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"HOUR":   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	"DAY":    rlsv3.RateLimitResponse_RateLimit_DAY,
+	"WEEK":   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	"MONTH":  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"YEAR":   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+func unitOf(name string) rlsv3.RateLimitResponse_RateLimit_Unit { return units[name] }
+
+// headers are the response_headers_to_add of a call, as the middleware
+// would send them: the RateLimit headers of the descriptor that refused
+// (the one that makes the client wait longest) or, when none did, of the
+// one closest to its limit, and Retry-After when refused. Shadow and
+// quota limits add none.
+func (s *service) headers(lim *httplimit.Limiter, ds []decision, over bool, elapsed time.Duration) []*corev3.HeaderValue {
+	best := -1
+	for i := range ds {
+		d := &ds[i]
+		if d.limit == nil || d.limit.Unlimited || d.limit.Shadow || d.limit.Quota {
+			continue
+		}
+		if over != d.over {
+			continue
+		}
+		if best < 0 || (over && wait(d) > wait(&ds[best])) || (!over && d.res.Remaining < ds[best].res.Remaining) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	d := &ds[best]
+	var h http.Header
+	switch {
+	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0:
+		h = lim.Fields(d.limit.Policy, d.key, d.res, elapsed)
+	case over:
+		h = http.Header{"Retry-After": {strconv.FormatInt(max(1, s.resetSeconds(d)), 10)}}
+	}
+	return headerValues(h)
+}
+
+func wait(d *decision) time.Duration { return max(d.res.RetryAfter, d.res.ResetAfter) }
+
+// headerValues turns h into Envoy's header list, in lower case and in
+// the order of the names.
+func headerValues(h http.Header) []*corev3.HeaderValue {
+	if len(h) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	out := make([]*corev3.HeaderValue, 0, len(names))
+	for _, k := range names {
+		for _, v := range h[k] {
+			out = append(out, &corev3.HeaderValue{Key: strings.ToLower(k), Value: v})
+		}
+	}
+	return out
+}

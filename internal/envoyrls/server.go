@@ -1,0 +1,169 @@
+package envoyrls
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// Options bounds what clients can hold of the gRPC listener, as the
+// server section bounds the HTTP listeners. Zero values are defaults.
+type Options struct {
+	// MaxInFlight bounds the calls served at once; beyond it a call gets
+	// UNAVAILABLE at once. Default 10000.
+	MaxInFlight int
+	// MaxConnections bounds the open connections; beyond it a new one is
+	// closed at once. Default 10000.
+	MaxConnections int
+	// MaxMessageBytes bounds a request message; default 64 KiB.
+	MaxMessageBytes int
+	// HandshakeTimeout bounds a new connection's setup; default 10s.
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection without calls; default 2m.
+	IdleTimeout time.Duration
+	// Rejected, when set, counts what the bounds refused, by reason
+	// (connections, in_flight).
+	Rejected func(reason string)
+	// Logger receives the server's errors; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of duration_until_reset where the store gives
+	// none; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the gRPC server of the rate limit and health services.
+type Server struct {
+	grpc     *grpc.Server
+	health   *health.Server
+	opts     Options
+	inFlight atomic.Int64
+}
+
+// ServiceName is the full name of Envoy's rate limit service, as the
+// health service knows it.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// New returns a Server that decides with what source returns.
+func New(source Source, opts Options) *Server {
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 10_000
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = 10_000
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 64 << 10
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 2 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rejected == nil {
+		opts.Rejected = func(string) {}
+	}
+	s := &Server{opts: opts, health: health.NewServer()}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
+		grpc.MaxConcurrentStreams(uint32(min(opts.MaxInFlight, 1<<20))),
+		grpc.ConnectionTimeout(opts.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.UnaryInterceptor(s.bound),
+	)
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, &service{source: source, log: opts.Logger, now: opts.Now})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s
+}
+
+// bound refuses a call beyond MaxInFlight; health checks always pass.
+func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if _, ok := info.Server.(*health.Server); ok {
+		return handler(ctx, req)
+	}
+	if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
+		s.inFlight.Add(-1)
+		s.opts.Rejected("in_flight")
+		return nil, status.Error(codes.Unavailable, "sluice is serving as many calls as it may at once; retry shortly")
+	}
+	defer s.inFlight.Add(-1)
+	return handler(ctx, req)
+}
+
+// Serve serves on ln until Stop.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.grpc.Serve(&boundedListener{Listener: ln, slots: make(chan struct{}, s.opts.MaxConnections), rejected: s.opts.Rejected})
+}
+
+// Stop reports NOT_SERVING, stops accepting and lets the calls in flight
+// finish until ctx ends, then closes every connection.
+func (s *Server) Stop(ctx context.Context) error {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// boundedListener closes a new connection beyond its slots at once.
+type boundedListener struct {
+	net.Listener
+	slots    chan struct{}
+	rejected func(string)
+}
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &boundedConn{Conn: c, slots: l.slots}, nil
+		default:
+			l.rejected("connections")
+			_ = c.Close()
+		}
+	}
+}
+
+type boundedConn struct {
+	net.Conn
+	slots chan struct{}
+	once  sync.Once
+}
+
+func (c *boundedConn) Close() error {
+	c.once.Do(func() { <-c.slots })
+	return c.Conn.Close()
+}
