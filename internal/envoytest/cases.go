@@ -69,8 +69,8 @@ func many(domain string, n uint32, descs ...*commonv3.RateLimitDescriptor) []*rl
 
 // Cases returns envoyproxy/ratelimit's example configuration and its test
 // configurations, each with sequences that reach every kind of entry in it:
-// nested descriptors, values and wildcards, unlimited, shadow_mode,
-// replaces, hits_addend above 1 (request-wide and per descriptor, 0
+// nested descriptors, values and wildcards, share_threshold, unlimited,
+// shadow_mode, replaces, hits_addend above 1 (request-wide and per descriptor, 0
 // included), and requests that go on after a limit is spent. A sequence
 // with a per-second limit is short, so that it fits in one second.
 func Cases() []Case {
@@ -233,6 +233,45 @@ func Cases() []Case {
 				hits("another", 21, "key4", "z"),
 				many("another", 0, D("key2_local", "z"), D("key3_local", "z"), D("key4_local", "z")),
 				one("basic", "key2", "z"),
+			),
+		},
+	}, {
+		Name:  "share_threshold",
+		Files: []string{"test/config/share_threshold.yaml"},
+		Sequences: []Sequence{
+			seq("per minute",
+				hits("test-domain", 99, "files", "files/a"),
+				times(2, one("test-domain", "files", "files/b")[0]),
+				hits("test-domain", 199, "nested", "parent", "files", "nested/x"),
+				times(2, one("test-domain", "nested", "parent", "files", "nested/y")[0]),
+				hits("test-domain", 299, "files", "top/a", "files", "nested/b"),
+				times(2, one("test-domain", "files", "top/c", "files", "nested/d")[0]),
+				hits("test-domain", 59, "route", "api/v1", "method", "GET"),
+				times(2, one("test-domain", "route", "api/v2", "method", "GET")[0]),
+				one("test-domain", "route", "api/v2", "method", "POST"),
+				hits("test-domain", 79, "service", "svc/a", "endpoint", "e1"),
+				times(2, one("test-domain", "service", "svc/b", "endpoint", "e1")[0]),
+				hits("test-domain", 119, "path", "path/a", "file", "file/x", "type", "t"),
+				one("test-domain", "path", "path/b", "file", "file/x", "type", "t"),
+				one("test-domain", "path", "path/b", "file", "file/y", "type", "t"),
+				hits("test-domain", 149, "user", "user/a", "resource", "res/1", "action", "r"),
+				times(2, one("test-domain", "user", "user/b", "resource", "res/2", "action", "r")[0]),
+				hits("test-domain", 50, "file", "test1"),
+				one("test-domain", "file", "test1"),
+				hits("test-domain", 99, "file", "test2"),
+				times(2, one("test-domain", "file", "test3")[0]),
+			),
+		},
+	}, {
+		Name:  "share_threshold integration",
+		Files: []string{"test/integration/runtime/current/ratelimit/config/share_threshold.yaml"},
+		Sequences: []Sequence{
+			seq("per hour",
+				hits("share-threshold-test", 9, "files", "files/a"),
+				times(2, one("share-threshold-test", "files", "files/b")[0]),
+				hits("share-threshold-test", 10, "files_no_share", "files_no_share/a"),
+				one("share-threshold-test", "files_no_share", "files_no_share/b"),
+				one("share-threshold-test", "files_no_share", "files_no_share/a"),
 			),
 		},
 	}}
