@@ -8,7 +8,10 @@
 // benchmarks (BenchmarkHeapPerKey, BenchmarkMemory, BenchmarkRedis) with
 // -benchmem, then the gateway benchmark: sluice serve and a bare
 // httputil.ReverseProxy, each its own process, in front of the same
-// upstream, under the same load from this process, on loopback. The raw
+// upstream, under the same load from this process, on loopback; then the
+// Envoy rate limit service benchmark: sluice serve's envoy_rls against
+// envoyproxy/ratelimit (built from its Go module into a cache directory)
+// on one Redis, over gRPC from this process (-only envoy). The raw
 // go test output is kept (-raw) beside the table.
 package main
 
@@ -39,13 +42,15 @@ func main() {
 	listen := flag.String("listen", "", "internal: address of -role")
 	upstream := flag.String("upstream", "", "internal: upstream URL of -role bareproxy")
 	pooled := flag.Bool("pooled", false, "internal: -role bareproxy with a BufferPool")
-	only := flag.String("only", "heap,memory,redis,gateway", "parts to run, comma-separated")
+	only := flag.String("only", "heap,memory,redis,gateway,envoy", "parts to run, comma-separated")
 	filter := flag.String("filter", "", "regexp for the sub-benchmarks to run (go test -bench syntax after the top name), empty = all")
 	memTime := flag.String("benchtime-memory", "400000x", "go test -benchtime of each in-memory benchmark")
 	redisTime := flag.String("benchtime-redis", "20000x", "go test -benchtime of each Redis benchmark")
 	gwDur := flag.Duration("gateway-duration", 4*time.Second, "timed part of each gateway load run")
 	gwConc := flag.String("gateway-concurrency", "1,32", "concurrent clients of the gateway loads, comma-separated")
 	gwRounds := flag.Int("gateway-rounds", 2, "load runs of each proxy, alternating; the best is reported")
+	envoyConc := flag.String("envoy-callers", "1,32,128", "concurrent callers of the Envoy rate limit service loads, comma-separated")
+	envoyRounds := flag.Int("envoy-rounds", 2, "load runs of each rate limit service, alternating; the best is reported")
 	from := flag.String("from", "", "print the table of an earlier run's raw output instead of running anything")
 	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
 	flag.Parse()
@@ -146,6 +151,24 @@ func main() {
 		}
 	}
 
+	var envoy []envoyResult
+	envoyNote := ""
+	if parts["envoy"] {
+		var callers []int
+		for _, cs := range strings.Split(*envoyConc, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(cs))
+			if err != nil || n < 1 {
+				fatal(fmt.Errorf("-envoy-callers: %q is not a positive integer", cs))
+			}
+			callers = append(callers, n)
+		}
+		var err error
+		if envoy, err = runEnvoy(work, callers, *gwDur, *envoyRounds); err != nil {
+			envoyNote = err.Error()
+			fmt.Fprintln(os.Stderr, "compare: envoy:", err)
+		}
+	}
+
 	t := buildTable(results, gw)
 	fmt.Println()
 	t.print(os.Stdout)
@@ -154,6 +177,13 @@ func main() {
 	}
 	fmt.Println()
 	printTargets(os.Stdout, results, gw)
+	if len(envoy) > 0 {
+		fmt.Println()
+		printEnvoy(os.Stdout, envoy, *envoyRounds)
+	}
+	if envoyNote != "" {
+		fmt.Printf("\nEnvoy rate limit service benchmark not finished: %s\n", envoyNote)
+	}
 	fmt.Printf("\nraw go test output: %s; whole run: %s; %d cores, GOMAXPROCS of the benchmarks as go test sets it\n",
 		rawPath, time.Since(started).Round(time.Second), numCPU())
 }

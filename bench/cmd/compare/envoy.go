@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/internal/envoytest"
+)
+
+// envoyRun is one load run of one rate limit service: its decisions and the
+// CPU its process and Redis spent on them.
+type envoyRun struct {
+	bench.RLSResult
+	cpu, redisCPU time.Duration
+}
+
+func (r envoyRun) cpuPer() float64 { return float64(r.cpu.Nanoseconds()) / float64(r.Decisions) / 1e3 }
+func (r envoyRun) redisCPUPer() float64 {
+	return float64(r.redisCPU.Nanoseconds()) / float64(r.Decisions) / 1e3
+}
+
+// envoyResult is the best run of each service at one number of callers.
+type envoyResult struct {
+	callers       int
+	sluice, envoy envoyRun
+}
+
+// rlsService is a running rate limit service process.
+type rlsService struct {
+	name string
+	addr string // gRPC host:port
+	p    *proc
+}
+
+// runEnvoy compares sluice's envoy_rls with envoyproxy/ratelimit (built
+// from its Go module into a cache directory, never a dependency of
+// sluice): both run as their own processes on one redis-server of their
+// own and load the same descriptor file, and this process loads them in
+// turn over gRPC, keys uniform over 100,000 users, rounds alternated. The
+// CPU of each service's process and of Redis is measured around each run.
+func runEnvoy(work string, callers []int, dur time.Duration, rounds int) ([]envoyResult, error) {
+	step("envoy: building sluice and envoyproxy/ratelimit " + envoytest.Version)
+	sluiceBin := filepath.Join(work, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	peerBin, err := envoytest.Binary()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := bench.StartRedis()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+
+	runtimeRoot := filepath.Join(work, "runtime")
+	confDir := envoytest.ConfigDir(runtimeRoot)
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "bench.yaml"), []byte(bench.RLSDomain), 0o644); err != nil {
+		return nil, err
+	}
+	peer, err := startPeer(work, peerBin, runtimeRoot, srv.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.p.stop()
+	sl, err := startSluiceRLS(work, sluiceBin, confDir, srv.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer sl.p.stop()
+
+	ctx := context.Background()
+	w := bench.GetWorkload("uniform100k")
+	var results []envoyResult
+	for _, c := range callers {
+		res := envoyResult{callers: c}
+		for round := range rounds {
+			for _, s := range []*rlsService{peer, sl} {
+				r, err := measureRLS(ctx, s, admin, w, c, dur)
+				if err != nil {
+					return results, err
+				}
+				fmt.Fprintf(os.Stderr, "   %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  p50 %v  p99 %v  failed %d\n",
+					c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.P50, r.P99, r.Failed)
+				best := &res.sluice
+				if s == peer {
+					best = &res.envoy
+				}
+				if r.RPS() > best.RPS() || best.Decisions == 0 {
+					*best = r
+				}
+			}
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *bench.Workload, callers int, dur time.Duration) (envoyRun, error) {
+	// Warm up first, then measure the CPU around the timed part alone.
+	if _, err := bench.LoadRLS(ctx, s.addr, w, callers, 0, dur/4); err != nil {
+		return envoyRun{}, fmt.Errorf("%s: %w; log: %s", s.name, err, s.p.logTail())
+	}
+	cpu0, err := bench.ProcessCPU(s.p.cmd.Process.Pid)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	rcpu0, err := bench.RedisCPU(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	r, err := bench.LoadRLS(ctx, s.addr, w, callers, 0, dur)
+	if err != nil {
+		return envoyRun{}, fmt.Errorf("%s: %w; log: %s", s.name, err, s.p.logTail())
+	}
+	cpu1, err := bench.ProcessCPU(s.p.cmd.Process.Pid)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	rcpu1, err := bench.RedisCPU(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	if r.Failed > 0 {
+		return envoyRun{}, fmt.Errorf("%s: %d of %d checks failed or were denied; log: %s", s.name, r.Failed, r.Failed+r.Decisions, s.p.logTail())
+	}
+	return envoyRun{RLSResult: r, cpu: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0}, nil
+}
+
+func startPeer(work, bin, runtimeRoot, redisAddr string) (*rlsService, error) {
+	ports := make([]int, 3)
+	for i := range ports {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		ports[i], _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
+	}
+	// env(1) execs the peer with exactly this environment, in its own
+	// process id.
+	args := append([]string{"-i"}, envoytest.Environ(runtimeRoot, redisAddr, ports[0], ports[1], ports[2])...)
+	p, err := startProc(work, "envoyproxy-ratelimit", "env", append(args, bin)...)
+	if err != nil {
+		return nil, err
+	}
+	s := &rlsService{name: "envoyproxy/ratelimit", addr: "127.0.0.1:" + strconv.Itoa(ports[0]), p: p}
+	if err := waitGRPC(s, "ratelimit"); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func startSluiceRLS(work, bin, confDir, redisAddr string) (*rlsService, error) {
+	var addrs [3]string
+	for i := range addrs {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	cfg := filepath.Join(work, "sluice-rls.yaml")
+	if err := os.WriteFile(cfg, []byte(bench.RLSConfig(addrs[0], addrs[1], addrs[2], confDir, redisAddr)), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := startProc(work, "sluice-rls", bin, "serve", "--config", cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &rlsService{name: "sluice envoy_rls", addr: addrs[2], p: p}
+	if err := waitGRPC(s, ""); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitGRPC waits up to 30 s for the service to report SERVING on the gRPC
+// health service, or for its process to end.
+func waitGRPC(s *rlsService, service string) error {
+	cc, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	health := healthpb.NewHealthClient(cc)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-s.p.done:
+			return fmt.Errorf("%s ended before it served: %s", s.name, s.p.logTail())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s on %s not SERVING within 30s (%v, %v); log: %s", s.name, s.addr, resp.GetStatus(), err, s.p.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// printEnvoy prints the Envoy comparison: decisions per second of each
+// service and the ratios of sluice to envoyproxy/ratelimit.
+func printEnvoy(w io.Writer, rs []envoyResult, rounds int) {
+	fmt.Fprintf(w, "Envoy's rate limit service (gRPC ShouldRateLimit): sluice envoy_rls against envoyproxy/ratelimit %s,\n", envoytest.Version)
+	fmt.Fprintf(w, "one Redis, keys uniform over 100,000 users, every check under its limit; best of %d alternated rounds\n\n", rounds)
+	fmt.Fprintf(w, "| callers | sluice decisions/s | envoy decisions/s | sluice ÷ envoy | CPU µs/decision sluice / envoy | CPU ratio | Redis CPU µs/decision sluice / envoy | Redis ratio |\n")
+	fmt.Fprintf(w, "| --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.2f× | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f |\n",
+			r.callers, r.sluice.RPS(), r.envoy.RPS(), r.sluice.RPS()/r.envoy.RPS(),
+			r.sluice.cpuPer(), r.envoy.cpuPer(), r.sluice.cpuPer()/r.envoy.cpuPer(),
+			r.sluice.redisCPUPer(), r.envoy.redisCPUPer(), r.sluice.redisCPUPer()/r.envoy.redisCPUPer())
+	}
+}
