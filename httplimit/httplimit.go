@@ -100,6 +100,12 @@ type Policy struct {
 	// Overrides give single identities rules of their own.
 	Overrides []Override
 
+	// Plans give the callers of a plan rules of their own, and
+	// DefaultPlan names the plan of a caller whose plan is not among
+	// them (see plans.go for the order).
+	Plans       map[string][]sluice.Rule
+	DefaultPlan string
+
 	// MaxDelay > 0 paces instead of rejecting: a request whose tokens will
 	// be there within MaxDelay waits for them.
 	MaxDelay time.Duration
@@ -237,6 +243,7 @@ type policy struct {
 	Policy
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
+	plans        map[string]*ruleSet
 	counters     *policyCounters
 }
 
@@ -244,7 +251,8 @@ type policy struct {
 // header values that depend only on the rules, rendered once.
 type ruleSet struct {
 	rules []sluice.Rule
-	class byte // a anonymous, u authenticated, o override
+	class byte   // a anonymous, u authenticated, o override, p plan
+	plan  string // the plan, for class p: part of the key
 	quotaHeaders
 }
 
@@ -366,6 +374,9 @@ func compile(in Policy) (*policy, error) {
 		}
 		p.overrides[o.Identity] = &rs
 	}
+	if err := p.compilePlans(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -377,15 +388,12 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 	return ruleSet{rules: slices.Clone(rules), class: class, quotaHeaders: renderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
 }
 
-// rulesFor returns the rules and key class of a caller.
-func (p *policy) rulesFor(id string, authenticated bool) *ruleSet {
-	if !authenticated {
-		return &p.anon
-	}
-	if o, ok := p.overrides[id]; ok {
+// rulesFor returns the rules and key class of an authenticated caller.
+func (p *policy) rulesFor(c Caller) *ruleSet {
+	if o, ok := p.overrides[c.ID]; ok {
 		return o
 	}
-	return &p.authed
+	return p.planRules(c.Plan)
 }
 
 // Handler returns next wrapped by the limiter. next receives the request
@@ -444,8 +452,8 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	var rs *ruleSet
 	if authenticated {
-		rs = p.rulesFor(id, true)
-		kb.build(p.Name, rs.class, id)
+		rs = p.rulesFor(caller)
+		kb.buildFor(p.Name, rs, id)
 	} else {
 		rs = &p.anon
 		kb.buildAddr(p.Name, rs.class, l.clientAddr(r))
@@ -632,8 +640,9 @@ func wait(ctx context.Context, d time.Duration) bool {
 
 // Check decides cost tokens for key under the named policy, as the gateway's
 // decision API does for services that do not sit behind it. The key is an
-// authenticated identity (overrides apply) and shares its buckets with
-// requests of that identity through the middleware. A policy with MaxDelay
+// authenticated identity without a plan (its override applies, else
+// DefaultPlan's rules or the authenticated ones) and shares those buckets
+// with requests of that identity through the middleware. A policy with MaxDelay
 // reserves, and Result.Delay says how long the caller should wait.
 func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64) (sluice.Result, error) {
 	p, ok := l.byName[policyName]
@@ -643,9 +652,9 @@ func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64)
 	if key == "" {
 		return sluice.Result{}, fmt.Errorf("%w: empty key", sluice.ErrInvalid)
 	}
-	rs := p.rulesFor(key, true)
+	rs := p.rulesFor(Caller{ID: key})
 	var kb keyBuf
-	kb.build(p.Name, rs.class, key)
+	kb.buildFor(p.Name, rs, key)
 	req := sluice.Request{Key: kb.String(), Cost: cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
 	res, err := l.check(ctx, p, req)
 	if err != nil {
