@@ -61,10 +61,14 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+	badKey := false
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
-			d.fail(k.Line, path, "a key of %s; want plain names, and merge keys (<<) written out", kindName(k))
+			if !badKey { // one report for the mapping, at its first bad key
+				d.fail(k.Line, path, "a key of %s; want plain names, and merge keys (<<) written out", kindName(k))
+			}
+			badKey = true
 			continue
 		}
 		at := joinPath(path, k.Value)
