@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -211,6 +213,85 @@ func TestPlanSwitchThroughGateway(t *testing.T) {
 	}{{free, 4}, {pro, 7}, {free, 0}, {pro, 0}} {
 		if passed, _, _ := g.burst(10, c.header...); passed != c.want {
 			t.Errorf("step %d: %d passed, want %d", i, passed, c.want)
+		}
+	}
+}
+
+// TestPlansDocExample runs the worked example of docs/plans.md: its
+// configuration, its keys file and its callers get the rules its table
+// says, and the headers it shows are the ones the gateway sends.
+func TestPlansDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plans.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf string
+	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		if block, _, _ = strings.Cut(block, "```"); strings.Contains(block, "bigcorp") {
+			conf = block
+		}
+	}
+	if conf == "" {
+		t.Fatal("docs/plans.md has no YAML block with the bigcorp override")
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer upstream.Close()
+	conf = strings.Replace(conf, "http://127.0.0.1:3000", upstream.URL, 1)
+	dir := t.TempDir()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	var keys strings.Builder
+	for _, line := range strings.Split(string(doc), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && len(f[0]) == 64 && !strings.Contains(line, "echo") {
+			keys.WriteString(line + "\n")
+		}
+	}
+	for name, data := range map[string][]byte{"jwt.secret": secret, "keys.txt": []byte(keys.String())} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := config.Parse("plans.yaml", dir, []byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	traffic := httptest.NewServer(g)
+	defer traffic.Close()
+	pg := &planGateway{t: t, url: traffic.URL, secret: secret}
+	const (
+		free       = `"api";q=10;w=1, "api-1";q=1000;w=86400`
+		pro        = `"api";q=100;w=1, "api-1";q=100000;w=2592000`
+		contract   = `"api";q=5000;w=2`
+		anonymous  = `"api";q=5;w=5`
+		otherToken = "another-secret-another-secret-xx"
+	)
+	for _, c := range []struct {
+		name   string
+		header []string
+		want   string
+	}{
+		{"free JWT", []string{"Authorization", bearer(pg.token("user-1", "free", secret))}, free},
+		{"pro JWT", []string{"Authorization", bearer(pg.token("user-2", "pro", secret))}, pro},
+		{"acme's key", []string{"X-API-Key", "sk_live_acme"}, pro},
+		{"bigcorp", []string{"Authorization", bearer(pg.token("bigcorp", "enterprise", secret))}, contract},
+		{"platinum", []string{"Authorization", bearer(pg.token("user-3", "platinum", secret))}, free},
+		{"plan 3", []string{"Authorization", bearer(pg.token("user-4", 3, secret))}, free},
+		{"no claim", []string{"Authorization", bearer(pg.token("user-5", nil, secret))}, free},
+		{"hobby's key", []string{"X-API-Key", "sk_live_hobby"}, free},
+		{"forged enterprise", []string{"Authorization", bearer(pg.token("user-6", "enterprise", []byte(otherToken)))}, anonymous},
+		{"X-Plan", []string{"X-Plan", "enterprise"}, anonymous},
+	} {
+		if _, _, got := pg.burst(1, c.header...); got != c.want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", c.name, got, c.want)
+		}
+	}
+	for _, h := range []string{free, pro} {
+		if !strings.Contains(string(doc), "RateLimit-Policy: "+h+"\n") {
+			t.Errorf("docs/plans.md does not show RateLimit-Policy: %s", h)
 		}
 	}
 }
