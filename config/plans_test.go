@@ -159,3 +159,19 @@ func TestPlansWarnings(t *testing.T) {
 		})
 	}
 }
+
+// TestPlansExample: the example configuration shows plans.
+func TestPlansExample(t *testing.T) {
+	c, err := Load("../examples/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.LimiterOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := opts.Policies[0]
+	if p.DefaultPlan != "free" || len(p.Plans["free"]) != 2 || p.Plans["pro"][0].Burst != 100 || c.Identity.JWT.PlanClaim != "plan" {
+		t.Fatalf("payments policy %+v, plan claim %q", p, c.Identity.JWT.PlanClaim)
+	}
+}
