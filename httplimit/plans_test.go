@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // planKeys are API keys with the callers (and plans) they stand for.
@@ -243,5 +244,32 @@ func TestJWTPlanClaim(t *testing.T) {
 				t.Errorf("claim %#v, PlanClaim %q: caller %+v ok %v; want alice with plan %q", tc.claim, claim, c, ok, want)
 			}
 		}
+	}
+}
+
+// BenchmarkMiddlewarePlan is BenchmarkMiddleware for a caller on a plan
+// (put on the context, as an application's own authentication does): the
+// plan's rules and its key cost no allocation of their own.
+func BenchmarkMiddlewarePlan(b *testing.B) {
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	defer store.Close()
+	l, err := New(Options{Store: store, Policies: []Policy{{
+		Name: "products", Pattern: "GET /products/", Cost: 1, Anonymous: rule(1, 5),
+		Plans: map[string][]sluice.Rule{"free": rule(1, 5), "pro": rule(1e9, 1e9)}, DefaultPlan: "free",
+	}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := l.Handler(okHandler)
+	w := &nopWriter{h: make(http.Header)}
+	r := benchRequest()
+	r = r.WithContext(WithCaller(r.Context(), Caller{ID: "user-1024", Plan: "pro"}))
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+	if w.h.Get("RateLimit-Limit") != "1000000000" {
+		b.Fatalf("RateLimit-Limit %q: the plan did not apply", w.h.Get("RateLimit-Limit"))
 	}
 }
