@@ -100,9 +100,11 @@ type Policy struct {
 	// Overrides give single identities rules of their own.
 	Overrides []Override
 
-	// Plans give the callers of a plan rules of their own, and
-	// DefaultPlan names the plan of a caller whose plan is not among
-	// them (see plans.go for the order).
+	// Plans give the authenticated callers of each plan (Caller.Plan)
+	// rules of their own, keyed by plan and identity. DefaultPlan is the
+	// plan of a caller whose plan is not among them. An authenticated
+	// caller gets its override, else its plan's rules, else DefaultPlan's,
+	// else Authenticated (or Anonymous when that is empty).
 	Plans       map[string][]sluice.Rule
 	DefaultPlan string
 
