@@ -32,6 +32,9 @@
 //   - store.redis.username, password_file and password_env: the Redis
 //     password kept out of the file;
 //   - allowlist: client CIDRs and identities that no policy limits.
+//   - per policy plans, with identity.jwt.plan_claim and
+//     identity.default_plan: authenticated rules by the plan a verified
+//     credential names (plans.go).
 package config
 
 import (
@@ -132,8 +135,9 @@ type Sentinel struct {
 // that does not verify is ignored: its caller gets the anonymous limit.
 type Identity struct {
 	APIKeyHeader string `yaml:"api_key_header"` // default X-API-Key
-	APIKeysFile  string `yaml:"api_keys_file"`  // lines of "SHA256HEX [identity]"
+	APIKeysFile  string `yaml:"api_keys_file"`  // lines of "SHA256HEX [identity [plan]]"
 	JWT          JWT    `yaml:"jwt"`
+	DefaultPlan  string `yaml:"default_plan"` // the plan of a verified caller whose plan a policy lacks (plans.go)
 }
 
 // JWT verifies bearer tokens; the subject (sub) is the identity.
@@ -146,6 +150,7 @@ type JWT struct {
 
 	RequireExp bool          `yaml:"require_exp"` // refuse tokens without exp
 	MaxAge     time.Duration `yaml:"max_age"`     // > 0: refuse tokens issued (iat) longer ago, or without iat
+	PlanClaim  string        `yaml:"plan_claim"`  // the string claim naming the caller's plan (plans.go)
 }
 
 // Policy limits the requests that its match pattern selects.
@@ -161,7 +166,8 @@ type Policy struct {
 	OnError       string        `yaml:"on_error"` // default: store.on_error
 	Algorithm     string        `yaml:"algorithm"`
 	Overrides     []Override    `yaml:"overrides"`
-	Key           Key           `yaml:"key"` // global, or attributes such as [{header: X-Tenant}] (key.go)
+	Key           Key           `yaml:"key"`   // global, or attributes such as [{header: X-Tenant}] (key.go)
+	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
 }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst.

@@ -90,6 +90,8 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	switch v.Kind() {
 	case reflect.Struct:
 		d.decodeStruct(n, v, path)
+	case reflect.Map:
+		d.decodeMap(n, v, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			d.fail(n.Line, path, "want a list (- item, or [a, b]), not %s", kindName(n))

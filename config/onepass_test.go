@@ -98,6 +98,7 @@ func FuzzParseOnePass(f *testing.F) {
 	f.Add("policies: [null, {name: a}, [1], {name: b, match: /b, cost: x, anonymous: [{rate: 1/s, burst: y}], overrides: [null, {identity: z, authenticated: [x]}]}]\n")
 	f.Add("store: {type: redis, redis: {url: [x], cluster_addrs: 3, sentinel: {master: [], addrs: x}, tls: 1, password_file: []}}\nallowlist: {cidrs: x, identities: [[], 1]}\n")
 	f.Add("identity: {jwt: {hs256_secret_file: [], public_key_file: {}}, api_keys_file: 1}\ntrusted_proxies: [x, [], 10.0.0.0/8]\n")
+	f.Add("identity: {default_plan: [x], jwt: {plan_claim: {}}}\npolicies: [{name: a, match: /a, plans: {[x]: y, free: ~, pro: [{rate: x}], pro: 1, \"a b\": [], <<: {}}}, {name: b, plans: [1]}]\n")
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data string) {
 		_, err := Parse("fuzz.yaml", dir, []byte(data))

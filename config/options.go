@@ -46,6 +46,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 
 			RequireExp: c.Identity.JWT.RequireExp,
 			MaxAge:     c.Identity.JWT.MaxAge,
+			PlanClaim:  c.Identity.JWT.PlanClaim,
 		})
 		if err != nil {
 			return opts, fmt.Errorf("%s: identity.jwt: %w", c.File, err)
@@ -61,6 +62,8 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			CostHeader:    p.CostHeader,
 			Anonymous:     c.keys.rules[at+".anonymous"],
 			Authenticated: c.keys.rules[at+".authenticated"],
+			Plans:         c.planRules(i),
+			DefaultPlan:   c.Identity.DefaultPlan,
 			MaxDelay:      p.MaxDelay,
 			Shadow:        p.Mode == "shadow",
 			Key:           p.Key.options(),

@@ -106,6 +106,7 @@ func (v *validator) validate() {
 	v.store()
 	v.identity()
 	v.policies()
+	v.plans()
 	v.allowlist()
 	v.decisionAPI()
 	v.envoyRLS()
@@ -285,15 +286,21 @@ func (v *validator) apiKeys(field, path string) {
 		}
 		words := strings.Fields(line)
 		digest, err := hex.DecodeString(words[0])
-		if err != nil || len(digest) != 32 || len(words) > 2 {
-			v.fail(field, "%s:%d: want a SHA-256 hex digest (64 hex digits), optionally followed by the identity it stands for; make one with: printf %%s KEY | sha256sum", path, n)
+		if err != nil || len(digest) != 32 || len(words) > 3 {
+			v.fail(field, "%s:%d: want a SHA-256 hex digest (64 hex digits), optionally followed by the identity it stands for and its plan; make one with: printf %%s KEY | sha256sum", path, n)
 			continue
 		}
-		identity := "key:" + strings.ToLower(words[0][:16])
-		if len(words) == 2 {
-			identity = words[1]
+		caller := httplimit.Caller{ID: "key:" + strings.ToLower(words[0][:16])}
+		if len(words) >= 2 {
+			caller.ID = words[1]
 		}
-		keys[[32]byte(digest)] = httplimit.Caller{ID: identity}
+		if len(words) == 3 {
+			if caller.Plan = words[2]; !validPlanName(caller.Plan) {
+				v.fail(field, "%s:%d: plan %q: %s", path, n, caller.Plan, planNameWant)
+				continue
+			}
+		}
+		keys[[32]byte(digest)] = caller
 	}
 	v.c.keys.apiKeys = keys
 }
@@ -356,7 +363,7 @@ func (v *validator) policies() {
 			v.fail(at+".cost_header", "%q: want a header name such as X-Sluice-Cost", p.CostHeader)
 		}
 		if len(p.Anonymous) == 0 && len(p.Authenticated) == 0 {
-			v.fail(at, "no rules; want anonymous: and/or authenticated: lists such as [{rate: 10/s, burst: 20}]")
+			v.fail(at, "no rules; want anonymous: and/or authenticated: lists such as [{rate: 10/s, burst: 20}] (plans: apply only to callers whose plan they name)")
 		}
 		v.rules(at+".anonymous", p.Anonymous, cost)
 		v.rules(at+".authenticated", p.Authenticated, cost)

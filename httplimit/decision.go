@@ -20,7 +20,7 @@ type Decision struct {
 	// Policy is the name of the policy that matched, or empty.
 	Policy string
 	// Class is the caller's key class under Policy: anonymous,
-	// authenticated or override.
+	// authenticated, override or plan.
 	Class string
 	// Identity is the authenticated identity the request was keyed by;
 	// empty for an anonymous caller.
@@ -58,7 +58,7 @@ func (d *Decision) matched(r *http.Request, p *policy) {
 	}
 }
 
-var classNames = map[byte]string{'a': "anonymous", 'u': "authenticated", 'o': "override"}
+var classNames = map[byte]string{'a': "anonymous", 'u': "authenticated", 'o': "override", 'p': "plan"}
 
 func (d *Decision) caller(class byte, id string) {
 	if d == nil {

@@ -24,7 +24,7 @@ func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time
 	if !ok || p.Shadow {
 		return nil
 	}
-	rs := p.rulesFor(key, true)
+	rs := p.rulesFor(Caller{ID: key}, true)
 	h := make(http.Header, 6)
 	if !res.Allowed {
 		secs := l.retrySeconds(res, elapsed)
@@ -49,9 +49,9 @@ func (l *Limiter) Charge(ctx context.Context, policyName, key string, delta int6
 	if key == "" {
 		return fmt.Errorf("%w: empty key", sluice.ErrInvalid)
 	}
-	rs := p.rulesFor(key, true)
+	rs := p.rulesFor(Caller{ID: key}, true)
 	var kb keyBuf
-	kb.build(p.Name, rs.class, key)
+	kb.buildFor(p.Name, rs, key)
 	_, err := l.adjust(ctx, p, kb.String(), delta, rs.rules)
 	return err
 }

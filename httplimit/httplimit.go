@@ -121,6 +121,14 @@ type Policy struct {
 	// Overrides give single identities rules of their own.
 	Overrides []Override
 
+	// Plans give the authenticated callers of each plan (Caller.Plan)
+	// rules of their own, keyed by plan and identity. DefaultPlan is the
+	// plan of a caller whose plan is not among them. An authenticated
+	// caller gets its override, else its plan's rules, else DefaultPlan's,
+	// else Authenticated (or Anonymous when that is empty).
+	Plans       map[string][]sluice.Rule
+	DefaultPlan string
+
 	// MaxDelay > 0 paces instead of rejecting: a request whose tokens will
 	// be there within MaxDelay waits for them.
 	MaxDelay time.Duration
@@ -263,6 +271,7 @@ type policy struct {
 	Policy
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
+	plans        map[string]*ruleSet
 	counters     *policyCounters
 	key          *keySpec // nil: the identity rules
 }
@@ -271,7 +280,8 @@ type policy struct {
 // header values that depend only on the rules, rendered once.
 type ruleSet struct {
 	rules []sluice.Rule
-	class byte // a anonymous, u authenticated, o override
+	class byte   // a anonymous, u authenticated, o override, p plan
+	plan  string // the plan, for class p: part of the key
 	quotaHeaders
 }
 
@@ -398,6 +408,9 @@ func compile(in Policy) (*policy, error) {
 		}
 		p.overrides[o.Identity] = &rs
 	}
+	if err := p.compilePlans(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -409,15 +422,16 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 	return ruleSet{rules: slices.Clone(rules), class: class, quotaHeaders: renderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
 }
 
-// rulesFor returns the rules and key class of a caller.
-func (p *policy) rulesFor(id string, authenticated bool) *ruleSet {
+// rulesFor returns the rules and key class of a caller: the anonymous
+// rules, or those of an authenticated caller (see plans.go for the order).
+func (p *policy) rulesFor(c Caller, authenticated bool) *ruleSet {
 	if !authenticated {
 		return &p.anon
 	}
-	if o, ok := p.overrides[id]; ok {
+	if o, ok := p.overrides[c.ID]; ok {
 		return o
 	}
-	return &p.authed
+	return p.planRules(c.Plan)
 }
 
 // Handler returns next wrapped by the limiter. next receives the request
@@ -573,7 +587,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
 		v.act, v.res = actPass, sluice.Result{Allowed: true}
 		return v
 	}
-	v.rs = p.rulesFor(s.caller.ID, s.authenticated)
+	v.rs = p.rulesFor(s.caller, s.authenticated)
 	s.rec.caller(v.rs.class, s.caller.ID)
 	var kb keyBuf
 	if err := l.buildKey(&kb, p, v.rs, s); err != nil {

@@ -71,8 +71,9 @@ func (l *Limiter) identify(r *http.Request) (Caller, bool) {
 }
 
 // APIKeys returns an Authenticator that reads a key from header and looks
-// its SHA-256 up in keys, which maps digests to callers. Only digests are
-// kept, so the list of keys is no secret.
+// its SHA-256 up in keys, which maps digests to callers (with the plan of
+// each key, if it has one). Only digests are kept, so the list of keys is
+// no secret.
 func APIKeys(header string, keys map[[32]byte]Caller) Authenticator {
 	header = http.CanonicalHeaderKey(header)
 	return func(r *http.Request) (Caller, bool) {

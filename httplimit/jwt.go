@@ -39,6 +39,12 @@ type JWTOptions struct {
 	// MaxAge, or without iat, or issued more than a minute in the future,
 	// whatever its exp says.
 	MaxAge time.Duration
+
+	// PlanClaim, when set, names the claim that holds the caller's plan
+	// (Caller.Plan). A claim that is missing, empty or not a string names
+	// no plan: the caller gets the default plan or the authenticated rules,
+	// never the token refused.
+	PlanClaim string
 }
 
 // maxClockSkew is how far in the future a token's iat may lie: the clock
@@ -48,7 +54,8 @@ const maxClockSkew = time.Minute
 // JWT returns an Authenticator that verifies a JSON Web Token (signature,
 // exp and nbf when present, exp always with RequireExp, the age with
 // MaxAge, and the issuer and audience asked for) and names the caller by
-// its subject; Caller.Claims holds the token's claims. Only the algorithms of the configured
+// its subject; Caller.Claims holds the token's claims, and Caller.Plan
+// the claim that JWTOptions.PlanClaim names. Only the algorithms of the configured
 // key are accepted, so a token cannot pick "none" or HS256-with-the-public-key.
 func JWT(opts JWTOptions) (Authenticator, error) {
 	header := http.CanonicalHeaderKey(opts.Header)
@@ -117,7 +124,11 @@ func JWT(opts JWTOptions) (Authenticator, error) {
 				return Caller{}, false
 			}
 		}
-		return Caller{ID: sub, Claims: claims}, true
+		c := Caller{ID: sub, Claims: claims}
+		if opts.PlanClaim != "" {
+			c.Plan, _ = claims[opts.PlanClaim].(string)
+		}
+		return c, true
 	}, nil
 }
 

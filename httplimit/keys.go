@@ -257,7 +257,7 @@ func (l *Limiter) buildKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) error
 		return l.buildAttrKey(kb, p, rs, s)
 	}
 	if s.authenticated {
-		kb.build(p.Name, rs.class, s.caller.ID)
+		kb.buildFor(p.Name, rs, s.caller.ID)
 		return nil
 	}
 	a, ok := s.clientAddr(l)
@@ -284,7 +284,7 @@ func (l *Limiter) buildAttrKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) e
 		b = appendString(b, s.caller.ID)
 	default: // a rule set picked by something else: by plan
 		b = append(b, rs.class)
-		b = appendString(b, s.caller.Plan)
+		b = appendString(b, rs.plan)
 	}
 	if p.key.global {
 		kb.sum(append(b, 'g'))

@@ -115,7 +115,7 @@ func TestKeyHugeHeader(t *testing.T) {
 		r.Header.Set("X-Tenant", v)
 		s := subject{r: r, path: "/"}
 		var kb keyBuf
-		if err := l.buildKey(&kb, p, p.rulesFor("", false), &s); err != nil {
+		if err := l.buildKey(&kb, p, p.rulesFor(Caller{}, false), &s); err != nil {
 			t.Fatal(err)
 		}
 		return kb.String()
