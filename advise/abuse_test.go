@@ -2,6 +2,7 @@ package advise
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -113,8 +114,49 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	if d.Keys.PeakMinuteP99 != p99 || d.Proposal.Rate != 2*float64(p99)/60 {
 		t.Errorf("peak-minute p99 %d, rate %v; by the definition %d and %v", d.Keys.PeakMinuteP99, d.Proposal.Rate, p99, 2*float64(p99)/60)
 	}
-	if lo, hi := int64(5*d.Proposal.Rate+0.999), int64(10*d.Proposal.Rate); d.Proposal.Burst < max(1, lo) || d.Proposal.Burst > max(1, lo, hi) {
-		t.Errorf("burst %d outside 5-10 x rate %v", d.Proposal.Burst, d.Proposal.Rate)
+	// the burst by the documented definition: each ordinary key's need (the
+	// most a bucket draining at the rate holds), its p99, within 5-10 x rate
+	// or, when the need is more, up to a minute of the rate; at least 2
+	rate := d.Proposal.Rate
+	byKey := map[string][]int64{}
+	for _, e := range abuseEvents(false) {
+		byKey[e.IP] = append(byKey[e.IP], e.Time)
+	}
+	var needs []uint32
+	for _, times := range byKey {
+		slices.Sort(times)
+		fill, most := 0.0, 0.0
+		for i, tm := range times {
+			if i > 0 {
+				fill = max(0, fill-rate*float64(tm-times[i-1])/1e6)
+			}
+			fill++
+			most = max(most, fill)
+		}
+		needs = append(needs, uint32(math.Ceil(most-1e-6)))
+	}
+	slices.Sort(needs)
+	need := int64(nearestRank(needs, 99))
+	lo, hi, window := max(1, int64(math.Ceil(5*rate))), int64(10*rate), "10s"
+	if need > hi {
+		hi, window = int64(60*rate), "1m"
+	}
+	if want := max(2, min(max(need, lo), hi)); d.Proposal.Burst != want || d.Proposal.BurstWindow != window || d.Keys.NeedP99 != uint32(need) {
+		t.Errorf("burst %d (%s, need p99 %d); by the definition %d (%s, need p99 %d)", d.Proposal.Burst, d.Proposal.BurstWindow, d.Keys.NeedP99, want, window, need)
+	}
+	// the replay rejects the abusers, and at most 1% of the ordinary keys
+	// (the p99 of their needs sizes the burst)
+	ordinary := 0
+	for _, k := range d.Replay.Top {
+		if k.Key[:3] == "10." {
+			ordinary++
+		}
+	}
+	if d.Replay.RejectedKeys > 4+len(needs)/100 || c.Replay.RejectedKeys > len(needs)/100 {
+		t.Errorf("the replay rejected %d keys (%d without the abusers), want the 4 abusers and at most %d of the %d ordinary keys", d.Replay.RejectedKeys, c.Replay.RejectedKeys, len(needs)/100, len(needs))
+	}
+	if len(d.Replay.Top) < 3 || ordinary > 0 && d.Replay.Top[0].Key[:3] == "10." {
+		t.Errorf("the keys hit hardest %+v: want the abusers first", d.Replay.Top)
 	}
 	// with --keep-abusers the flood sizes the rate
 	k, err := Run(Options{Inputs: []string{writeEvents(t, "dirty3.log", abuseEvents(true))}, MaxClasses: 10, KeepAbusers: true, NoReplay: true})

@@ -83,6 +83,12 @@ type Options struct {
 	WhatIf      []float64 // replay the proposal scaled by each factor too
 	Top         int       // top rejected keys per class
 	MaxClasses  int       // endpoint classes before folding into prefixes
+	// MaxPolicies groups the classes into at most this many policies, a
+	// catch-all default included (group.go); 0 gives every class a
+	// policy of its own.
+	MaxPolicies int
+	MinShare    float64 // with MaxPolicies: patterns with a smaller share of the requests go to the default
+	MinBurst    int     // the smallest burst proposed (keys reading); below 1 counts as 1
 	MinSamples  int       // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
 	// AnonymousUsers are user values that name no one (compared without
@@ -178,6 +184,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	whatIf := fs.String("what-if", "", "replay the proposal with rate and burst scaled by each of `FACTORS` too, e.g. 0.5,2 (the default with --html)")
 	fs.IntVar(&o.Top, "top", 5, "show the `N` keys hit hardest by the replay, per class")
 	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
+	fs.IntVar(&o.MaxPolicies, "max-policies", 10, "group the classes into at most `N` policies, a catch-all \"default\" (match /) included: static assets and rare paths go to it; 0 gives every class its own policy")
+	minShare := fs.Float64("min-share", 1, "with --max-policies, a pattern with less than `PERCENT` of the requests goes to the default policy")
+	fs.IntVar(&o.MinBurst, "min-burst", 2, "never propose a burst below `N` (with --statistic keys): 2 lets a caller send a request again at once")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
@@ -205,6 +214,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	if len(o.Inputs) == 0 {
 		help(stderr)
 		return o, errors.New("no log given: name files, globs, or - for standard input")
+	}
+	if *minShare < 0 || *minShare > 100 {
+		return o, fmt.Errorf("--min-share %v: want a percentage from 0 to 100", *minShare)
+	}
+	o.MinShare = *minShare / 100
+	if o.MaxPolicies < 0 {
+		return o, errors.New("--max-policies must be at least 0 (0: a policy per class)")
 	}
 	if len(anon) > 0 {
 		o.AnonymousUsers = anon

@@ -137,7 +137,7 @@ func Run(o Options) (*Report, error) {
 		cls.patterns = make(map[string]int32)
 	}
 	newWork := func() func(*batch) {
-		w := &lineWorker{p: newParser(o.Fields), names: names}
+		w := &lineWorker{p: newParser(o.Fields), names: names, group: o.MaxPolicies > 0}
 		if o.AnonymousUsers != nil {
 			w.p.setAnonymous(o.AnonymousUsers)
 		}
@@ -245,6 +245,10 @@ func Run(o Options) (*Report, error) {
 		// writes governs exactly the requests it was sized on: advising
 		// again with it as --config gives the same classes and numbers.
 		policies = routes(rep)
+		var groupNotes []string
+		if o.MaxPolicies > 0 {
+			policies, groupNotes = groupRoutes(rep, o.MaxPolicies, o.MinShare)
+		}
 		if len(policies) > 0 {
 			if matcher, err = newPolicyMatcher(policies); err != nil {
 				return nil, fmt.Errorf("the proposed routes: %w", err)
@@ -266,11 +270,44 @@ func Run(o Options) (*Report, error) {
 			}
 			rep.MeasureSeconds += time.Since(t3).Seconds()
 			m = m3
-			rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			if o.MaxPolicies > 0 {
+				rep.Notes = append(rep.Notes[:conflictNotes], groupNotes...)
+			} else {
+				rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			}
 			rep.Classes = nil
 			proposeClasses(rep, m, cls, true, policies, o)
+			if n := defaultNote(rep, policies, o.MinShare); n != "" {
+				rep.Notes = append(rep.Notes, n)
+			}
 			rep.Unmatched = m.unmatched
 		}
+	}
+	if o.Statistic != "samples" && m.perKey {
+		// The bursts, from each key's need at its class's rate (burst.go).
+		rates := make([]float64, 2*len(cls.endpoints))
+		for _, c := range rep.Classes {
+			if c.Proposal.Basis == "keys" && int(c.class) < len(rates) {
+				rates[c.class] = c.Proposal.Rate
+			}
+		}
+		if spool != nil {
+			if _, err := spool.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		bp := newBurstPass(m, cls, start, reorderWindow, rates)
+		t4 := time.Now()
+		stopBar := startBar(show, o.stderr, "measuring the bursts", &progress{}, total)
+		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
+		err := pl.run(func(b *batch) error { bp.batch(b); return nil })
+		bp.finish()
+		stopBar()
+		if err != nil {
+			return nil, err
+		}
+		rep.MeasureSeconds += time.Since(t4).Seconds()
+		reburst(rep, m, o)
 	}
 	if n := m.unsummarized(); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("more than %d distinct (class, caller) pairs: %d requests of the callers past that count in the distributions and the replay, but not in the per-key proposal", maxKeySums, n))
@@ -381,7 +418,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
 			cr.Keys.Normal = len(normal)
 		} else {
-			cr.Proposal, cr.Keys = proposeByKeys(normal)
+			cr.Proposal, cr.Keys = proposeByKeys(normal, int64(o.MinBurst))
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
 		cr.Tail = tailKeys(keysOf[c], limited, max(o.Top, 10))

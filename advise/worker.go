@@ -13,6 +13,7 @@ const maxKeyLen = 200
 type lineWorker struct {
 	p     *parser
 	m     *policyMatcher // nil: classes from the paths
+	group bool           // static assets get group patterns (group.go)
 	names []string       // source names, for malformed-line examples
 	e     entry
 }
@@ -55,7 +56,13 @@ func (w *lineWorker) do(b *batch) {
 			r.policy = w.m.match(e.method, e.path)
 		} else {
 			off := len(b.arena)
-			b.arena = appendPattern(b.arena, e.method, e.path)
+			static := false
+			if w.group {
+				b.arena, static = appendStaticPattern(b.arena, e.method, e.path)
+			}
+			if !static {
+				b.arena = appendPattern(b.arena, e.method, e.path)
+			}
 			r.pat = span{uint32(off), uint32(len(b.arena) - off)}
 			r.patHash = hashBytes(b.arena[off:])
 		}
