@@ -89,7 +89,7 @@ type Options struct {
 	MaxPolicies int
 	MinShare    float64 // with MaxPolicies: patterns with a smaller share of the requests go to the default
 	MinBurst    int     // the smallest burst proposed (keys reading); below 1 counts as 1
-	MinSamples  int       // classes with fewer per-second samples are flagged
+	MinSamples  int     // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
 	// AnonymousUsers are user values that name no one (compared without
 	// case); nil means the defaults: - guest anonymous unknown none null nobody.
