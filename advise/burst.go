@@ -48,7 +48,7 @@ func (bp *burstPass) release(s *slotBuf) {
 	for i := range s.items {
 		it := &s.items[i]
 		class := classOfItem(bp.cls, s, it)
-		if class < 0 || int(class) >= len(bp.rates) || bp.rates[class] == 0 {
+		if class < 0 || int(class) >= len(bp.rates) || bp.rates[class] == 0 || it.status&statusRefused != 0 {
 			continue
 		}
 		idx, ok := bp.m.sumIndex[stateHash(class, it.keyHash)]

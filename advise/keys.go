@@ -34,6 +34,11 @@ type keySum struct {
 
 func (k *keySum) add(status uint16, sec int64) {
 	k.requests++
+	if status&statusRefused != 0 {
+		k.denied++
+		k.errors++
+		return
+	}
 	if status >= 400 && status < 600 {
 		k.errors++
 	}
@@ -171,6 +176,9 @@ func setApart(keys []*keySum) (normal []*keySum, limited []LimitedKey) {
 		if reason != "" {
 			limited = append(limited, limitedKey(k, reason))
 			continue
+		}
+		if k.peakMin == 0 {
+			continue // every request refused by sluice: no traffic to size on
 		}
 		rest = append(rest, k)
 	}

@@ -18,6 +18,10 @@ type entry struct {
 	ip     []byte
 	user   []byte // empty for anonymous callers
 	status int
+	// from sluice's own access log (sluicelog.go): the gateway keyed the
+	// caller by its identity; the gateway refused the request
+	gatewayAuth bool
+	refused     bool
 }
 
 // Reasons a line is malformed. They are static so that a bad line costs
@@ -47,10 +51,12 @@ const (
 	fieldIP
 	fieldUser
 	fieldStatus
+	fieldGatewayClass    // sluice_class of sluice's JSON access log
+	fieldGatewayDecision // sluice_decision
 	numFields
 )
 
-var fieldKindNames = [numFields]string{"", "time", "method", "path", "request", "ip", "user", "status"}
+var fieldKindNames = [numFields]string{"", "time", "method", "path", "request", "ip", "user", "status", "sluice_class", "sluice_decision"}
 
 // defaultFields are the JSON field names read by default, in order of
 // preference within each kind: what nginx json log formats, Caddy, Traefik,
@@ -64,6 +70,8 @@ var defaultFields = [numFields][]string{
 	fieldIP:      {"remote_addr", "client_ip", "ip", "remote_ip", "clientip", "client", "ClientHost", "ClientAddr", "client.ip", "source.ip", "network.client.ip", "request.remote_ip", "request.remote_addr"},
 	fieldUser:    {"api_key", "apikey", "user", "user_id", "userId", "remote_user", "user.id", "usr.id", "user.name", "consumer", "client_id", "subject", "sub"},
 	fieldStatus:  {"status", "status_code", "statusCode", "response_code", "DownstreamStatus", "http.status", "http.status_code", "response.status", "http.response.status_code"},
+	fieldGatewayClass:    {"sluice_class"},
+	fieldGatewayDecision: {"sluice_decision"},
 }
 
 type fieldSpec struct {
@@ -85,6 +93,8 @@ type parser struct {
 	name      []byte // dotted name of the current JSON field
 	rank      [numFields]uint8
 	request   []byte
+	// sluice_class and sluice_decision of the current JSON line
+	gwClass, gwDecision []byte
 }
 
 // newParser returns a parser for the default JSON field names, with
@@ -198,7 +208,7 @@ func (p *parser) finish(e *entry) error {
 		return errPath
 	}
 	for _, a := range p.anonymous {
-		if bytes.EqualFold(e.user, a) {
+		if !e.gatewayAuth && bytes.EqualFold(e.user, a) {
 			e.user = nil
 			break
 		}
@@ -342,6 +352,9 @@ func (p *parser) parseCLF(b []byte, e *entry) error {
 		return errStatus
 	}
 	e.status = int(v)
+	if class, decision, ok := sluiceCombinedFields(b[i:]); ok {
+		p.applyGateway(e, class, decision)
+	}
 	return nil
 }
 
@@ -373,9 +386,13 @@ func (p *parser) parseJSON(b []byte, e *entry) error {
 	}
 	p.name = p.name[:0]
 	p.request = nil
+	p.gwClass, p.gwDecision = nil, nil
 	i, err := p.object(b, 0, e, 0)
 	if err != nil {
 		return err
+	}
+	if p.gwClass != nil || p.gwDecision != nil {
+		p.applyGateway(e, p.gwClass, p.gwDecision)
 	}
 	if skipSpace(b, i) != len(b) {
 		return errJSON
@@ -542,6 +559,10 @@ func (p *parser) set(spec fieldSpec, v []byte, isString bool, e *entry) error {
 			e.ip = v
 		case fieldUser:
 			e.user = v
+		case fieldGatewayClass:
+			p.gwClass = v
+		case fieldGatewayDecision:
+			p.gwDecision = v
 		}
 	}
 	p.rank[spec.kind] = spec.rank

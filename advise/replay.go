@@ -59,7 +59,7 @@ func (rp *replayer) release(s *slotBuf) {
 	for i := range s.items {
 		it := &s.items[i]
 		class := classOfItem(rp.cls, s, it)
-		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil {
+		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil || it.status&statusRefused != 0 {
 			continue
 		}
 		sweep := false

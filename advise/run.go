@@ -22,6 +22,9 @@ type Report struct {
 	Malformed         int64           `json:"malformed"`
 	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
+	// Refused are the requests sluice's own access log says the gateway
+	// refused: they count toward their callers' denied share only.
+	Refused int64 `json:"refused_by_sluice,omitempty"`
 	Order             Order           `json:"order"`
 	Window            string          `json:"window"`
 	WindowStart       time.Time       `json:"window_start"`
@@ -308,6 +311,9 @@ func Run(o Options) (*Report, error) {
 		}
 		rep.MeasureSeconds += time.Since(t4).Seconds()
 		reburst(rep, m, o)
+	}
+	if rep.Refused = m.refused; rep.Refused > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests were refused by sluice (its access log says so): they count toward their callers' share of denials, not in the distributions, the proposal or the replay", rep.Refused))
 	}
 	if n := m.unsummarized(); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("more than %d distinct (class, caller) pairs: %d requests of the callers past that count in the distributions and the replay, but not in the per-key proposal", maxKeySums, n))

@@ -52,6 +52,9 @@ func (w *lineWorker) do(b *batch) {
 		}
 		e := &w.e
 		r := rec{time: e.time, policy: -1, off: lineOff, status: uint16(e.status)}
+		if e.refused {
+			r.status |= statusRefused
+		}
 		if w.m != nil {
 			r.policy = w.m.match(e.method, e.path)
 		} else {
