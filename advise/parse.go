@@ -63,13 +63,13 @@ var fieldKindNames = [numFields]string{"", "time", "method", "path", "request", 
 // Envoy, ECS and Datadog attributes, and the usual Go and Node loggers
 // write. A dotted name reaches into nested objects.
 var defaultFields = [numFields][]string{
-	fieldTime:    {"time", "timestamp", "ts", "@timestamp", "time_local", "time_iso8601", "datetime", "date", "start_time", "StartUTC"},
-	fieldMethod:  {"method", "request_method", "http_method", "verb", "RequestMethod", "http.method", "http.request_method", "http.request.method", "request.method"},
-	fieldPath:    {"path", "uri", "request_uri", "url", "request_path", "RequestPath", "http.path", "http.request_uri", "http.url", "http.url_details.path", "url.path", "url.original", "request.uri", "request.path", "request.url"},
-	fieldRequest: {"request", "request_line", "http.request_line"},
-	fieldIP:      {"remote_addr", "client_ip", "ip", "remote_ip", "clientip", "client", "ClientHost", "ClientAddr", "client.ip", "source.ip", "network.client.ip", "request.remote_ip", "request.remote_addr"},
-	fieldUser:    {"api_key", "apikey", "user", "user_id", "userId", "remote_user", "user.id", "usr.id", "user.name", "consumer", "client_id", "subject", "sub"},
-	fieldStatus:  {"status", "status_code", "statusCode", "response_code", "DownstreamStatus", "http.status", "http.status_code", "response.status", "http.response.status_code"},
+	fieldTime:            {"time", "timestamp", "ts", "@timestamp", "time_local", "time_iso8601", "datetime", "date", "start_time", "StartUTC"},
+	fieldMethod:          {"method", "request_method", "http_method", "verb", "RequestMethod", "http.method", "http.request_method", "http.request.method", "request.method"},
+	fieldPath:            {"path", "uri", "request_uri", "url", "request_path", "RequestPath", "http.path", "http.request_uri", "http.url", "http.url_details.path", "url.path", "url.original", "request.uri", "request.path", "request.url"},
+	fieldRequest:         {"request", "request_line", "http.request_line"},
+	fieldIP:              {"remote_addr", "client_ip", "ip", "remote_ip", "clientip", "client", "ClientHost", "ClientAddr", "client.ip", "source.ip", "network.client.ip", "request.remote_ip", "request.remote_addr"},
+	fieldUser:            {"api_key", "apikey", "user", "user_id", "userId", "remote_user", "user.id", "usr.id", "user.name", "consumer", "client_id", "subject", "sub"},
+	fieldStatus:          {"status", "status_code", "statusCode", "response_code", "DownstreamStatus", "http.status", "http.status_code", "response.status", "http.response.status_code"},
 	fieldGatewayClass:    {"sluice_class"},
 	fieldGatewayDecision: {"sluice_decision"},
 }

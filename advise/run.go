@@ -24,16 +24,16 @@ type Report struct {
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
 	// Refused are the requests sluice's own access log says the gateway
 	// refused: they count toward their callers' denied share only.
-	Refused int64 `json:"refused_by_sluice,omitempty"`
-	Order             Order           `json:"order"`
-	Window            string          `json:"window"`
-	WindowStart       time.Time       `json:"window_start"`
-	WindowEnd         time.Time       `json:"window_end"`
-	Classes           []ClassReport   `json:"classes"`
-	Notes             []string        `json:"notes,omitempty"`
-	MeasureSeconds    float64         `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
-	MBPerSecond       float64         `json:"mb_per_second"`   // of the first pass
-	ReplaySeconds     float64         `json:"replay_seconds,omitempty"`
+	Refused        int64         `json:"refused_by_sluice,omitempty"`
+	Order          Order         `json:"order"`
+	Window         string        `json:"window"`
+	WindowStart    time.Time     `json:"window_start"`
+	WindowEnd      time.Time     `json:"window_end"`
+	Classes        []ClassReport `json:"classes"`
+	Notes          []string      `json:"notes,omitempty"`
+	MeasureSeconds float64       `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
+	MBPerSecond    float64       `json:"mb_per_second"`   // of the first pass
+	ReplaySeconds  float64       `json:"replay_seconds,omitempty"`
 }
 
 // ClassReport is the measurement, proposal and replay of one class.
