@@ -15,8 +15,11 @@
 // (keyed by client IP, IPv6 by /64). Per class and key it keeps the key's
 // busiest second and minute and how many of its requests were errors or
 // 429s, and proposes rate = 2 × the p99 across keys of their busiest
-// minute / 60 and a burst from their busiest seconds within 5 to 10 ×
-// rate, after setting apart the keys it would limit (keys.go). A last pass
+// minute / 60 and a burst from the bucket each key needs at that rate
+// (burst.go), within 5 to 10 × rate or up to a minute of it, after setting
+// apart the keys it would limit (keys.go). Unless told otherwise, the
+// classes are grouped into a handful of policies with a catch-all default
+// (group.go). A last pass
 // over the same input replays the proposal on the real in-memory store
 // with the log's own timestamps and counts what it would have rejected.
 //
@@ -190,7 +193,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
-	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from their busiest seconds) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
+	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from the bucket each needs at that rate) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
 	fs.BoolVar(&o.KeepAbusers, "keep-abusers", false, "set no key apart: callers with mostly errors or 429s, and outliers, size the proposal too")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
