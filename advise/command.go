@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -97,6 +98,10 @@ type Options struct {
 	// AnonymousUsers are user values that name no one (compared without
 	// case); nil means the defaults: - guest anonymous unknown none null nobody.
 	AnonymousUsers []string
+	// TrustedProxies: an X-Forwarded-For list logged as the client is
+	// keyed by its rightmost address outside them, as the gateway keys it;
+	// none: by its leftmost.
+	TrustedProxies []netip.Prefix
 	NoReplay       bool
 	Statistic      string // keys (the default when empty) or samples: how the rule is read
 	KeepAbusers    bool   // no key is set apart: every caller sizes the proposal
@@ -174,7 +179,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		fs.PrintDefaults()
 		fs.SetOutput(stderr)
 	}
-	var fields, anon multiFlag
+	var fields, anon, trusted multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
 	fs.DurationVar(&o.Reorder, "reorder-window", o.Reorder, "count a line up to `DURATION` older than the newest line before it in its own second (files further out of order are read again in time order)")
@@ -192,6 +197,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MinBurst, "min-burst", 2, "never propose a burst below `N` (with --statistic keys): 2 lets a caller send a request again at once")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
+	fs.Var(&trusted, "trusted-proxy", "a proxy `CIDR` (or address) whose X-Forwarded-For entries are believed: a list logged as the client is keyed by its rightmost address outside them, as the gateway does; repeatable (none: the leftmost address)")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
 	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from the bucket each needs at that rate) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
 	fs.BoolVar(&o.KeepAbusers, "keep-abusers", false, "set no key apart: callers with mostly errors or 429s, and outliers, size the proposal too")
@@ -224,6 +230,17 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	o.MinShare = *minShare / 100
 	if o.MaxPolicies < 0 {
 		return o, errors.New("--max-policies must be at least 0 (0: a policy per class)")
+	}
+	for _, v := range trusted {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return o, fmt.Errorf("--trusted-proxy %q: want a CIDR such as 10.0.0.0/8 or an address", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		o.TrustedProxies = append(o.TrustedProxies, p.Masked())
 	}
 	if len(anon) > 0 {
 		o.AnonymousUsers = anon

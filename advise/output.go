@@ -54,8 +54,12 @@ func writeTable(w io.Writer, rep *Report) error {
 			match += " *"
 		}
 		rej, rkeys, seen := "-", "-", "-"
-		if c.Replay != nil {
+		if c.Keys.Keys > 0 {
+			seen = fmt.Sprint(c.Keys.Keys) // exact, from the keys' summaries
+		} else if c.Replay != nil {
 			seen = fmt.Sprintf("~%d", c.Replay.Keys)
+		}
+		if c.Replay != nil {
 			rej = fmt.Sprintf("%d %.1f%%", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
 			rkeys = fmt.Sprint(c.Replay.RejectedKeys)
 		} else if !c.InConfig {

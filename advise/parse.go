@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -93,6 +95,9 @@ type parser struct {
 	name      []byte // dotted name of the current JSON field
 	rank      [numFields]uint8
 	request   []byte
+	// trusted are the proxies whose X-Forwarded-For entries are believed
+	// (--trusted-proxy); none: the leftmost entry is the client
+	trusted []netip.Prefix
 	// sluice_class and sluice_decision of the current JSON line
 	gwClass, gwDecision []byte
 }
@@ -213,7 +218,11 @@ func (p *parser) finish(e *entry) error {
 			break
 		}
 	}
-	e.ip = firstAddress(e.ip)
+	if len(p.trusted) > 0 {
+		e.ip = clientAfterProxies(e.ip, p.trusted)
+	} else {
+		e.ip = firstAddress(e.ip)
+	}
 	if len(e.ip) == 1 && e.ip[0] == '-' {
 		e.ip = nil
 	}
@@ -221,6 +230,33 @@ func (p *parser) finish(e *entry) error {
 		return errCaller
 	}
 	return nil
+}
+
+// clientAfterProxies is the client of an X-Forwarded-For list as the
+// gateway finds it behind trusted proxies: the rightmost address that is
+// not one of them (entries that name no address are passed over); the
+// leftmost when all are trusted. A single address is itself.
+func clientAfterProxies(ip []byte, trusted []netip.Prefix) []byte {
+	if bytes.IndexByte(ip, ',') < 0 {
+		return ip
+	}
+	rest := ip
+	for len(rest) > 0 {
+		var e []byte
+		if i := bytes.LastIndexByte(rest, ','); i >= 0 {
+			e, rest = bytes.TrimSpace(rest[i+1:]), rest[:i]
+		} else {
+			e, rest = bytes.TrimSpace(rest), nil
+		}
+		a, err := netip.ParseAddr(string(e))
+		if err != nil {
+			continue // unknown, -, or a name: no address
+		}
+		if !slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+			return e
+		}
+	}
+	return firstAddress(ip)
 }
 
 // firstAddress is the leftmost address of an X-Forwarded-For list

@@ -144,6 +144,7 @@ func Run(o Options) (*Report, error) {
 		if o.AnonymousUsers != nil {
 			w.p.setAnonymous(o.AnonymousUsers)
 		}
+		w.p.trusted = o.TrustedProxies
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}
