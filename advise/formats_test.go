@@ -137,3 +137,24 @@ func TestTrustedProxies(t *testing.T) {
 		}
 	}
 }
+
+// TestPercentEncodedUnreserved: percent-encoded letters, digits and - . _ ~
+// are decoded before a path is classed and matched, as the gateway
+// normalizes it; other escapes stay.
+func TestPercentEncodedUnreserved(t *testing.T) {
+	for in, want := range map[string]string{
+		"/%62log/%7Euser/a%2Fb%20c": "/blog/~user/a%2Fb%20c",
+		"/%66avicon.ico":            "/favicon.ico",
+		"/x%":                       "/x%",
+		"/x%6":                      "/x%6",
+		"/x%zz%41":                  "/x%zzA",
+	} {
+		var e entry
+		if err := newParser(nil).parse([]byte(`1.1.1.1 - - [28/Feb/2015:10:00:02 +0000] "GET `+in+` HTTP/1.1" 200 1`), &e); err != nil {
+			t.Fatal(err)
+		}
+		if string(e.path) != want {
+			t.Errorf("%s: %s, want %s", in, e.path, want)
+		}
+	}
+}

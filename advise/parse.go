@@ -212,6 +212,11 @@ func (p *parser) finish(e *entry) error {
 	if len(e.path) == 0 || e.path[0] != '/' {
 		return errPath
 	}
+	if bytes.IndexByte(e.path, '%') >= 0 {
+		off := len(p.scratch)
+		p.scratch = appendUnreservedDecoded(p.scratch, e.path)
+		e.path = p.scratch[off:]
+	}
 	for _, a := range p.anonymous {
 		if !e.gatewayAuth && bytes.EqualFold(e.user, a) {
 			e.user = nil
@@ -230,6 +235,40 @@ func (p *parser) finish(e *entry) error {
 		return errCaller
 	}
 	return nil
+}
+
+// appendUnreservedDecoded appends path to dst with its percent-encoded
+// unreserved characters (letters, digits, - . _ ~) decoded, as the gateway
+// normalizes a path before matching it (/%62log → /blog); other escapes
+// stay as they are.
+func appendUnreservedDecoded(dst, path []byte) []byte {
+	for i := 0; i < len(path); i++ {
+		if path[i] == '%' && i+2 < len(path) {
+			hi, lo := unhex(path[i+1]), unhex(path[i+2])
+			if hi >= 0 && lo >= 0 {
+				c := byte(hi<<4 | lo)
+				if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+					dst = append(dst, c)
+					i += 2
+					continue
+				}
+			}
+		}
+		dst = append(dst, path[i])
+	}
+	return dst
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
 }
 
 // clientAfterProxies is the client of an X-Forwarded-For list as the
