@@ -30,14 +30,7 @@ func newBurstPass(m *measurer, cls *classes, start, reorder int64, rates []float
 	return bp
 }
 
-func (bp *burstPass) batch(b *batch) {
-	for i := range b.recs {
-		r := &b.recs[i]
-		if ep := knownEndpoint(bp.cls, r); ep != -1 {
-			bp.ro.add(b, r, max(ep, -1))
-		}
-	}
-}
+func (bp *burstPass) batch(b *batch) { feed(bp.cls, bp.ro, b) }
 
 // release adds the records of one second, in time order, to their keys'
 // buckets.

@@ -95,27 +95,13 @@ func appendStaticPattern(dst, method, path []byte) ([]byte, bool) {
 // It returns them sorted by name,
 // with a note on each pattern a conflict sends to the default.
 func groupRoutes(rep *Report, maxPolicies int, minShare float64) ([]configPolicy, []string) {
-	traffic := make(map[string]uint64)
+	matches, traffic := busiestMatches(rep)
 	names := make(map[string]string)
 	var total uint64
 	for _, c := range rep.Classes {
-		traffic[c.Match] += c.PerSecond.Requests
 		names[c.Match] = c.Policy
 		total += c.PerSecond.Requests
 	}
-	matches := make([]string, 0, len(traffic))
-	for m := range traffic {
-		matches = append(matches, m)
-	}
-	slices.SortFunc(matches, func(a, b string) int {
-		if traffic[a] != traffic[b] {
-			if traffic[a] > traffic[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
 	var out []configPolicy
 	var notes []string
 	mux := http.NewServeMux()

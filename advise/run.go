@@ -564,6 +564,28 @@ func policyNames(cls *classes, fromConfig bool) []string {
 // beside those of busier endpoints (two patterns conflict when each
 // matches a path the other does not and neither is more specific).
 func checkPatterns(rep *Report, fromConfig bool) {
+	matches, _ := busiestMatches(rep)
+	ok := make(map[string]bool)
+	mux := http.NewServeMux()
+	for _, m := range matches {
+		if fromConfig {
+			ok[m] = true
+			continue
+		}
+		if err := registerPattern(mux, m); err != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is left out of the configuration: %v", m, firstLine(err)))
+			continue
+		}
+		ok[m] = true
+	}
+	for i := range rep.Classes {
+		rep.Classes[i].InConfig = ok[rep.Classes[i].Match]
+	}
+}
+
+// busiestMatches returns the patterns of rep's classes, busiest first
+// (ties by pattern), and the requests of each.
+func busiestMatches(rep *Report) ([]string, map[string]uint64) {
 	traffic := make(map[string]uint64)
 	for _, c := range rep.Classes {
 		traffic[c.Match] += c.PerSecond.Requests
@@ -581,22 +603,7 @@ func checkPatterns(rep *Report, fromConfig bool) {
 		}
 		return strings.Compare(a, b)
 	})
-	ok := make(map[string]bool)
-	mux := http.NewServeMux()
-	for _, m := range matches {
-		if fromConfig {
-			ok[m] = true
-			continue
-		}
-		if err := registerPattern(mux, m); err != nil {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is left out of the configuration: %v", m, firstLine(err)))
-			continue
-		}
-		ok[m] = true
-	}
-	for i := range rep.Classes {
-		rep.Classes[i].InConfig = ok[rep.Classes[i].Match]
-	}
+	return matches, traffic
 }
 
 // firstLine is the first line of a ServeMux error, without the places
