@@ -50,6 +50,9 @@ func writeTable(w io.Writer, rep *Report) error {
 			who = "auth"
 		}
 		match := c.Match
+		if c.Policy == defaultPolicy && c.Match == defaultMatch {
+			match += " (default)"
+		}
 		if c.LowData {
 			match += " *"
 		}
