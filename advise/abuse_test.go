@@ -63,11 +63,11 @@ func abuseEvents(abusers bool) []loggen.Event {
 // is the proposal on the ordinary callers alone, and the four are listed
 // as keys it would limit, each with its reason.
 func TestAbusersDoNotSetTheLimit(t *testing.T) {
-	clean, err := Run(Options{Inputs: []string{writeEvents(t, "clean.log", abuseEvents(false))}, MaxClasses: 10, Top: 5})
+	clean, err := Run(Options{Inputs: []string{writeEvents(t, "clean.log", abuseEvents(false))}, MaxClasses: 10, Top: 5, MinBurst: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirty, err := Run(Options{Inputs: []string{writeEvents(t, "dirty.log", abuseEvents(true))}, MaxClasses: 10, Top: 5})
+	dirty, err := Run(Options{Inputs: []string{writeEvents(t, "dirty.log", abuseEvents(true))}, MaxClasses: 10, Top: 20, MinBurst: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,29 +92,32 @@ func TestAbusersDoNotSetTheLimit(t *testing.T) {
 	if !slices.IsSortedFunc(d.Keys.WouldLimit, func(a, b LimitedKey) int { return int(b.Requests) - int(a.Requests) }) {
 		t.Errorf("would-limit list not by requests: %+v", d.Keys.WouldLimit)
 	}
-	// by the documented definition, on the ordinary callers alone
-	busiest := map[string]map[int64]uint32{}
+	// by the documented definition, on the ordinary callers alone: the rate
+	// from their busiest minutes, the burst from their needs at it
+	byKey := map[string][]int64{}
 	for _, e := range abuseEvents(false) {
-		if busiest[e.IP] == nil {
-			busiest[e.IP] = map[int64]uint32{}
+		byKey[e.IP] = append(byKey[e.IP], e.Time)
+	}
+	rate, burst, window := proposalByDefinition(byKey, 2)
+	if d.Proposal.Rate != rate || d.Proposal.Burst != burst || d.Proposal.BurstWindow != window {
+		t.Errorf("proposed %v/s burst %d (%s); by the definition %v/s burst %d (%s)", d.Proposal.Rate, d.Proposal.Burst, d.Proposal.BurstWindow, rate, burst, window)
+	}
+	// the replay rejects the abusers, and at most 1% of the ordinary keys
+	// (the p99 of their needs sizes the burst)
+	rejected := map[string]bool{}
+	for _, k := range d.Replay.Top {
+		rejected[k.Key] = true
+	}
+	for _, k := range []string{"203.0.113.66", "198.51.100.7", "192.0.2.50", "192.0.2.77"} {
+		if !rejected[k] {
+			t.Errorf("the replay did not reject abuser %s: rejected %+v", k, d.Replay.Top)
 		}
-		busiest[e.IP][e.Time/60e6]++
 	}
-	var peaks []uint32
-	for _, mins := range busiest {
-		var top uint32
-		for _, n := range mins {
-			top = max(top, n)
-		}
-		peaks = append(peaks, top)
+	if d.Replay.RejectedKeys > 4+len(byKey)/100 || c.Replay.RejectedKeys > len(byKey)/100 {
+		t.Errorf("the replay rejected %d keys (%d without the abusers), want the 4 abusers and at most %d of the %d ordinary keys", d.Replay.RejectedKeys, c.Replay.RejectedKeys, len(byKey)/100, len(byKey))
 	}
-	slices.Sort(peaks)
-	p99 := nearestRank(peaks, 99)
-	if d.Keys.PeakMinuteP99 != p99 || d.Proposal.Rate != 2*float64(p99)/60 {
-		t.Errorf("peak-minute p99 %d, rate %v; by the definition %d and %v", d.Keys.PeakMinuteP99, d.Proposal.Rate, p99, 2*float64(p99)/60)
-	}
-	if lo, hi := int64(5*d.Proposal.Rate+0.999), int64(10*d.Proposal.Rate); d.Proposal.Burst < max(1, lo) || d.Proposal.Burst > max(1, lo, hi) {
-		t.Errorf("burst %d outside 5-10 x rate %v", d.Proposal.Burst, d.Proposal.Rate)
+	if len(d.Replay.Top) < 4 || d.Replay.Top[3].Key[:3] == "10." {
+		t.Errorf("the keys hit hardest %+v: want the abusers first", d.Replay.Top)
 	}
 	// with --keep-abusers the flood sizes the rate
 	k, err := Run(Options{Inputs: []string{writeEvents(t, "dirty3.log", abuseEvents(true))}, MaxClasses: 10, KeepAbusers: true, NoReplay: true})

@@ -15,8 +15,11 @@
 // (keyed by client IP, IPv6 by /64). Per class and key it keeps the key's
 // busiest second and minute and how many of its requests were errors or
 // 429s, and proposes rate = 2 × the p99 across keys of their busiest
-// minute / 60 and a burst from their busiest seconds within 5 to 10 ×
-// rate, after setting apart the keys it would limit (keys.go). A last pass
+// minute / 60 and a burst from the bucket each key needs at that rate
+// (burst.go), within 5 to 10 × rate or up to a minute of it, after setting
+// apart the keys it would limit (keys.go). Unless told otherwise, the
+// classes are grouped into a handful of policies with a catch-all default
+// (group.go). A last pass
 // over the same input replays the proposal on the real in-memory store
 // with the log's own timestamps and counts what it would have rejected.
 //
@@ -28,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -83,11 +87,21 @@ type Options struct {
 	WhatIf      []float64 // replay the proposal scaled by each factor too
 	Top         int       // top rejected keys per class
 	MaxClasses  int       // endpoint classes before folding into prefixes
-	MinSamples  int       // classes with fewer per-second samples are flagged
+	// MaxPolicies groups the classes into at most this many policies, a
+	// catch-all default included (group.go); 0 gives every class a
+	// policy of its own.
+	MaxPolicies int
+	MinShare    float64 // with MaxPolicies: patterns with a smaller share of the requests go to the default
+	MinBurst    int     // the smallest burst proposed (keys reading); below 1 counts as 1
+	MinSamples  int     // classes with fewer per-second samples are flagged
 	Fields      map[fieldKind][]string
 	// AnonymousUsers are user values that name no one (compared without
 	// case); nil means the defaults: - guest anonymous unknown none null nobody.
 	AnonymousUsers []string
+	// TrustedProxies: an X-Forwarded-For list logged as the client is
+	// keyed by its rightmost address outside them, as the gateway keys it;
+	// none: by its leftmost.
+	TrustedProxies []netip.Prefix
 	NoReplay       bool
 	Statistic      string // keys (the default when empty) or samples: how the rule is read
 	KeepAbusers    bool   // no key is set apart: every caller sizes the proposal
@@ -165,7 +179,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		fs.PrintDefaults()
 		fs.SetOutput(stderr)
 	}
-	var fields, anon multiFlag
+	var fields, anon, trusted multiFlag
 	fs.StringVar(&o.Config, "config", "", "take the classes from the policies of the sluice configuration `FILE`")
 	fs.Var(windowFlag{&o.Window}, "window", "measure the last `DURATION` of the log (7d, 36h; 0 for all of it)")
 	fs.DurationVar(&o.Reorder, "reorder-window", o.Reorder, "count a line up to `DURATION` older than the newest line before it in its own second (files further out of order are read again in time order)")
@@ -178,10 +192,14 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	whatIf := fs.String("what-if", "", "replay the proposal with rate and burst scaled by each of `FACTORS` too, e.g. 0.5,2 (the default with --html)")
 	fs.IntVar(&o.Top, "top", 5, "show the `N` keys hit hardest by the replay, per class")
 	fs.IntVar(&o.MaxClasses, "max-classes", 200, "endpoint classes before new paths fold into prefix classes")
+	fs.IntVar(&o.MaxPolicies, "max-policies", 10, "group the classes into at most `N` policies, a catch-all \"default\" (match /) included: static assets and rare paths go to it; 0 gives every class its own policy")
+	minShare := fs.Float64("min-share", 1, "with --max-policies, a pattern with less than `PERCENT` of the requests goes to the default policy")
+	fs.IntVar(&o.MinBurst, "min-burst", 2, "never propose a burst below `N` (with --statistic keys): 2 lets a caller send a request again at once")
 	fs.IntVar(&o.MinSamples, "min-samples", 100, "flag classes with fewer (key, second) samples as low on data")
 	fs.Var(&fields, "field", "JSON field names for a kind, `KIND=NAME[,NAME]` (kinds: time, method, path, request, ip, user, status); repeatable")
+	fs.Var(&trusted, "trusted-proxy", "a proxy `CIDR` (or address) whose X-Forwarded-For entries are believed: a list logged as the client is keyed by its rightmost address outside them, as the gateway does; repeatable (none: the leftmost address)")
 	fs.Var(&anon, "anonymous-user", "a user field `VALUE` that means no one, so the caller is keyed by address; repeatable, replaces the defaults ("+strings.Join(defaultAnonymousUsers, " ")+")")
-	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from their busiest seconds) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
+	fs.StringVar(&o.Statistic, "statistic", "keys", "reading of rate = 2 x p99: keys (p99 across keys of each key's busiest minute / 60; burst from the bucket each needs at that rate) or samples (p99 of all (key, second) counts; burst 5-10 x rate by burstiness)")
 	fs.BoolVar(&o.KeepAbusers, "keep-abusers", false, "set no key apart: callers with mostly errors or 429s, and outliers, size the proposal too")
 	fs.BoolVar(&o.NoReplay, "no-replay", false, "skip the replay of the proposal")
 	fs.StringVar(&o.Progress, "progress", "auto", "progress line on standard error: auto (when a terminal), always, never")
@@ -205,6 +223,24 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 	if len(o.Inputs) == 0 {
 		help(stderr)
 		return o, errors.New("no log given: name files, globs, or - for standard input")
+	}
+	if *minShare < 0 || *minShare > 100 {
+		return o, fmt.Errorf("--min-share %v: want a percentage from 0 to 100", *minShare)
+	}
+	o.MinShare = *minShare / 100
+	if o.MaxPolicies < 0 {
+		return o, errors.New("--max-policies must be at least 0 (0: a policy per class)")
+	}
+	for _, v := range trusted {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return o, fmt.Errorf("--trusted-proxy %q: want a CIDR such as 10.0.0.0/8 or an address", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		o.TrustedProxies = append(o.TrustedProxies, p.Masked())
 	}
 	if len(anon) > 0 {
 		o.AnonymousUsers = anon

@@ -1,6 +1,7 @@
 package advise
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,5 +90,71 @@ func TestAnonymousUsersFlag(t *testing.T) {
 	}
 	if c := findClass(t, rep, "GET /a", "authenticated"); c.PerSecond.Samples != 1 || c.PerSecond.Max != 2 {
 		t.Errorf("Guest, no longer a sentinel: %+v, want one key with 2 requests", c.PerSecond)
+	}
+}
+
+// TestTrustedProxies: with --trusted-proxy, an X-Forwarded-For list logged
+// as the client is keyed by its rightmost address outside the trusted
+// proxies, as the gateway keys it; without, by its leftmost.
+func TestTrustedProxies(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}
+	for _, c := range []struct{ list, want, leftmost string }{
+		{"203.0.113.9, 198.51.100.4, 10.0.0.1", "198.51.100.4", "203.0.113.9"},
+		{"203.0.113.9,10.1.1.1,10.0.0.1", "203.0.113.9", "203.0.113.9"},
+		{"10.2.2.2, 10.0.0.1", "10.2.2.2", "10.2.2.2"},
+		{"unknown, 2001:db8::7", "2001:db8::7", "2001:db8::7"},
+		{"198.51.100.4, unknown, 10.0.0.1", "198.51.100.4", "198.51.100.4"},
+		{"192.0.2.1", "192.0.2.1", "192.0.2.1"},
+	} {
+		if got := string(clientAfterProxies([]byte(c.list), trusted)); got != c.want {
+			t.Errorf("%q behind %v: %q, want %q", c.list, trusted, got, c.want)
+		}
+		if got := string(firstAddress([]byte(c.list))); got != c.leftmost {
+			t.Errorf("%q, no proxy trusted: %q, want %q", c.list, got, c.leftmost)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "xff.log")
+	lines := "203.0.113.9, 198.51.100.4, 10.0.0.1 - - [28/Feb/2015:10:00:02 +0000] \"GET /a HTTP/1.1\" 200 1\n" +
+		"203.0.113.8, 198.51.100.4, 10.0.0.1 - - [28/Feb/2015:10:00:02 +0000] \"GET /a HTTP/1.1\" 200 1\n"
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for flags, keys := range map[string]int{"": 2, "--trusted-proxy=10.0.0.0/8": 1, "--trusted-proxy=10.0.0.1": 1} {
+		args := []string{"--no-replay", path}
+		if flags != "" {
+			args = append([]string{flags}, args...)
+		}
+		o, err := parseFlags(args, os.Stdout, os.Stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := findClass(t, rep, "GET /a", "anonymous"); c.Keys.Keys != keys {
+			t.Errorf("%q: %d keys, want %d", flags, c.Keys.Keys, keys)
+		}
+	}
+}
+
+// TestPercentEncodedUnreserved: percent-encoded letters, digits and - . _ ~
+// are decoded before a path is classed and matched, as the gateway
+// normalizes it; other escapes stay.
+func TestPercentEncodedUnreserved(t *testing.T) {
+	for in, want := range map[string]string{
+		"/%62log/%7Euser/a%2Fb%20c": "/blog/~user/a%2Fb%20c",
+		"/%66avicon.ico":            "/favicon.ico",
+		"/x%":                       "/x%",
+		"/x%6":                      "/x%6",
+		"/x%zz%41":                  "/x%zzA",
+	} {
+		var e entry
+		if err := newParser(nil).parse([]byte(`1.1.1.1 - - [28/Feb/2015:10:00:02 +0000] "GET `+in+` HTTP/1.1" 200 1`), &e); err != nil {
+			t.Fatal(err)
+		}
+		if string(e.path) != want {
+			t.Errorf("%s: %s, want %s", in, e.path, want)
+		}
 	}
 }

@@ -133,7 +133,7 @@ svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
 <p>Read {{join .Rep.Inputs ", "}}: {{.Rep.Lines}} lines, {{.Rep.Malformed}} malformed{{if .Rep.Unmatched}}, {{.Rep.Unmatched}} matching no policy{{end}}.
 Window {{.Rep.Window}}: {{utc .Rep.WindowStart}} to {{utc .Rep.WindowEnd}}.
 Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input came up to {{.Rep.Order.MaxLagSeconds}} s out of order{{if .Rep.Order.Reread}}, read again in time order{{end}}; {{.Rep.Order.Late}} lines later than that).</p>
-<p>Per class (endpoint and caller kind), the proposal is rate = 2 × the p99 across keys of each key's busiest minute / 60, and a burst from the keys' busiest seconds within 5–10 × rate, after setting apart the keys it would limit (mostly errors, already denied, or outliers). The replay runs the proposal on the log with its own timestamps on sluice's in-memory store; the what-ifs replay it with rate and burst scaled, in the same pass.</p>
+<p>Per class (endpoint and caller kind), the proposal is rate = 2 × the p99 across keys of each key's busiest minute / 60, and a burst from the bucket each key needs at that rate (the p99 of the keys), within 5–10 × rate or up to a minute of it, after setting apart the keys it would limit (mostly errors, already denied, or outliers). The replay runs the proposal on the log with its own timestamps on sluice's in-memory store; the what-ifs replay it with rate and burst scaled, in the same pass.</p>
 </div>
 <h2 id="summary">Summary</h2>
 <p class="meta">{{len .Classes}} classes, busiest first{{if .Rest}}: the {{len .Top}} busiest here, all of them below the table{{end}}. {{if .Rep.Notes}}{{len .Rep.Notes}} <a href="#notes">notes</a> at the end.{{end}}</p>
@@ -146,7 +146,7 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 <section id="{{.ID}}">
 <h2><code>{{.Match}}</code>, {{.Caller}} callers (policy <code>{{.Policy}}</code>)</h2>
 <p class="meta">{{.PerSecond.Requests}} requests from {{.Keys.Keys}} keys ({{.Keys.Normal}} sizing the proposal, {{.Keys.SetApart}} set apart); {{.PerSecond.Samples}} (key, second) samples: p50 {{.PerSecond.P50}}, p90 {{.PerSecond.P90}}, p99 {{.PerSecond.P99}}, max {{.PerSecond.Max}} per second; {{.PerMinute.Samples}} (key, minute) samples, p99 {{.PerMinute.P99}}, max {{.PerMinute.Max}} per minute.
-{{if .InConfig}}Proposed: rate <strong>{{.Rate}}</strong>, burst <strong>{{.Proposal.Burst}}</strong> (from the p99 busiest minute {{.Keys.PeakMinuteP99}} and the p99 busiest second {{.Keys.PeakSecondP99}} of the keys within it).{{else}}Not in the configuration.{{end}}</p>
+{{if .InConfig}}Proposed: rate <strong>{{.Rate}}</strong>, burst <strong>{{.Proposal.Burst}}</strong> (from the p99 busiest minute {{.Keys.PeakMinuteP99}} of the keys, and the p99 {{.Keys.NeedP99}} of the bucket each key within the rate needs at it; their busiest second: p99 {{.Keys.PeakSecondP99}}).{{else}}Not in the configuration.{{end}}</p>
 {{.Chart}}
 {{if .Replay}}<h3>Replay</h3>
 <p class="meta">{{.Replay.Requests}} requests from about {{.Replay.Keys}} keys replayed; the proposal would have limited {{.Rejected}} requests of {{.Replay.RejectedKeys}} distinct keys.</p>

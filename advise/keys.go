@@ -24,10 +24,21 @@ type keySum struct {
 	peakSec  uint32 // its busiest whole second
 	peakMin  uint32 // its busiest whole minute
 	first    int64  // second of its first request counted
+	// need is the smallest bucket that passes all its requests at the
+	// class's proposed rate (burst.go), 0 until the burst pass; fill and
+	// last are that pass's leaky bucket.
+	need uint32
+	fill float64
+	last int64
 }
 
 func (k *keySum) add(status uint16, sec int64) {
 	k.requests++
+	if status&statusRefused != 0 {
+		k.denied++
+		k.errors++
+		return
+	}
 	if status >= 400 && status < 600 {
 		k.errors++
 	}
@@ -116,6 +127,10 @@ type KeyStats struct {
 	// PeakSecondP99 is the p99 of the busiest second of the normal keys
 	// whose sustained rate is within the proposed rate.
 	PeakSecondP99 uint32 `json:"peak_second_p99"`
+	// NeedP99 is the p99 of the same keys' need: the smallest bucket
+	// that passes all of a key's requests at the proposed rate
+	// (burst.go); the burst is read from it.
+	NeedP99 uint32 `json:"need_p99"`
 	// WouldLimit are the keys set apart, most requests first (at most
 	// --top; SetApart counts them all).
 	WouldLimit []LimitedKey `json:"would_limit,omitempty"`
@@ -162,6 +177,9 @@ func setApart(keys []*keySum) (normal []*keySum, limited []LimitedKey) {
 			limited = append(limited, limitedKey(k, reason))
 			continue
 		}
+		if k.peakMin == 0 {
+			continue // every request refused by sluice: no traffic to size on
+		}
 		rest = append(rest, k)
 	}
 	peaks := make([]uint32, len(rest))
@@ -201,18 +219,26 @@ func nearestRank(sorted []uint32, pct int) uint32 {
 
 // proposeByKeys is the proposal read across keys:
 //
-//	sustained rate of a key = its busiest minute / 60       (requests per second)
-//	rate  = 2 × p99 across normal keys of the sustained rate (a whole number per minute)
-//	peak  = p99 of the busiest second of the normal keys whose sustained rate is within rate
-//	burst = peak, clamped to [⌈5 × rate⌉, ⌊10 × rate⌋], at least 1
+//	sustained rate of a key = its busiest minute / 60               (requests per second)
+//	rate R = 2 × p99 across normal keys of the sustained rate        (a whole number per minute)
+//	need of a key = the smallest bucket that passes all its requests at R   (burst.go)
+//	peak   = p99 of the need of the normal keys whose busiest minute is within R
+//	range  = [⌈5·R⌉, ⌊10·R⌋] when peak is within it, else [⌈5·R⌉, ⌊60·R⌋]
+//	burst  = peak clamped to range, at least minBurst
 //
 // A minute is the window of the sustained rate because it is long enough
 // that a burst spreads out in it (a caller that sends 30 requests in one
 // second and then nothing has a sustained rate of 0.5/s, not 30/s) and
 // short enough that a busy stretch is not averaged away; the burst is the
-// bucket that absorbs the busiest second. So a burst is counted once, in
-// the burst, and the rate says what a caller keeps up.
-func proposeByKeys(normal []*keySum) (Proposal, KeyStats) {
+// bucket that absorbs the short peaks. So a burst is counted once, in the
+// burst, and the rate says what a caller keeps up. The rule's 5–10 × rate
+// holds 5 to 10 seconds of the rate; when the keys' needs are more (a
+// page that loads five images at once, at a rate of a few a minute), the
+// bucket may hold up to a minute of it instead, the window the rate was
+// measured over; and never less than minBurst, so that a caller can
+// always send a request again at once. Before the burst pass has measured
+// the needs, a key's need is taken to be its busiest second.
+func proposeByKeys(normal []*keySum, minBurst int64) (Proposal, KeyStats) {
 	ks := KeyStats{Normal: len(normal)}
 	if len(normal) == 0 {
 		return Proposal{}, ks
@@ -225,21 +251,48 @@ func proposeByKeys(normal []*keySum) (Proposal, KeyStats) {
 	ks.PeakMinuteP99 = nearestRank(mins, 99)
 	perMinute := 2 * float64(ks.PeakMinuteP99)
 	rate := perMinute / 60
-	var secs []uint32
+	var secs, needs []uint32
 	for _, k := range normal {
 		if float64(k.peakMin) <= perMinute {
 			secs = append(secs, k.peakSec)
+			needs = append(needs, cmp.Or(k.need, k.peakSec))
 		}
 	}
 	slices.Sort(secs)
+	slices.Sort(needs)
 	ks.PeakSecondP99 = nearestRank(secs, 99)
+	ks.NeedP99 = nearestRank(needs, 99)
+	window := "10s"
 	lo := max(1, int64(math.Ceil(5*rate-1e-9)))
-	hi := max(lo, int64(math.Floor(10*rate+1e-9)))
-	burst := min(max(int64(ks.PeakSecondP99), lo), hi)
-	p := Proposal{Rate: rate, Burst: burst, Basis: "keys"}
+	hi := int64(math.Floor(10*rate + 1e-9))
+	if int64(ks.NeedP99) > hi {
+		window = "1m"
+		hi = int64(math.Floor(60*rate + 1e-9))
+	}
+	hi = max(lo, hi)
+	burst := max(minBurst, min(max(int64(ks.NeedP99), lo), hi), 1)
+	p := Proposal{Rate: rate, Burst: burst, Basis: "keys", BurstWindow: window}
 	if rate > 0 {
 		p.Multiplier = int64(math.Round(float64(burst) / rate))
-		p.Burstiness = float64(ks.PeakSecondP99) / rate
+		p.Burstiness = float64(ks.NeedP99) / rate
 	}
 	return p, ks
+}
+
+// reburst reads the bursts of rep's classes again once the burst pass
+// has measured the keys' needs; the rates do not change.
+func reburst(rep *Report, m *measurer, o Options) {
+	keysOf := m.classKeys(2 * len(m.cls.endpoints))
+	for i := range rep.Classes {
+		c := &rep.Classes[i]
+		if c.Proposal.Basis != "keys" || c.Proposal.Rate == 0 || int(c.class) >= len(keysOf) {
+			continue
+		}
+		normal := keysOf[c.class]
+		if !o.KeepAbusers {
+			normal, _ = setApart(normal)
+		}
+		p, ks := proposeByKeys(normal, int64(o.MinBurst))
+		c.Proposal, c.Keys.PeakSecondP99, c.Keys.NeedP99 = p, ks.PeakSecondP99, ks.NeedP99
+	}
 }

@@ -163,6 +163,7 @@ type measurer struct {
 	acc       []*classAcc
 	unmatched int64
 	requests  int64
+	refused   int64 // requests sluice's access log says it refused
 	ro        *reorder
 	seg       *segmenter // nil: the inputs are not cut into segments
 	perKey    bool
@@ -277,6 +278,14 @@ func (m *measurer) release(s *slotBuf) {
 			continue
 		}
 		k := stateHash(class, it.keyHash)
+		if it.status&statusRefused != 0 {
+			// refused by sluice: only its caller's denied share counts it
+			m.refused++
+			if m.perKey && s.sec >= m.windowStart() {
+				m.sums[m.summary(k, class, s.bytes(it.key))].add(it.status, sec)
+			}
+			continue
+		}
 		idx, ok := m.keys[k]
 		if !ok {
 			idx = m.newState(class, sec)

@@ -50,12 +50,19 @@ func writeTable(w io.Writer, rep *Report) error {
 			who = "auth"
 		}
 		match := c.Match
+		if c.Policy == defaultPolicy && c.Match == defaultMatch {
+			match += " (default)"
+		}
 		if c.LowData {
 			match += " *"
 		}
 		rej, rkeys, seen := "-", "-", "-"
-		if c.Replay != nil {
+		if c.Keys.Keys > 0 {
+			seen = fmt.Sprint(c.Keys.Keys) // exact, from the keys' summaries
+		} else if c.Replay != nil {
 			seen = fmt.Sprintf("~%d", c.Replay.Keys)
+		}
+		if c.Replay != nil {
 			rej = fmt.Sprintf("%d %.1f%%", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
 			rkeys = fmt.Sprint(c.Replay.RejectedKeys)
 		} else if !c.InConfig {
@@ -211,7 +218,7 @@ func writeConfig(w io.Writer, rep *Report, mode string) error {
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
 	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60,\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
-	b.WriteString("# burst = the keys' busiest seconds within 5-10 x rate (see docs/advise.md). Review before enforcing;\n# mode: shadow reports without rejecting.\n")
+	b.WriteString("# burst = the p99 of the bucket each key needs at that rate, within 5-10 x rate or up to a minute of it\n# (see docs/advise.md). Review before enforcing; mode: shadow reports without rejecting.\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(buildConfig(rep, mode)); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -18,6 +20,10 @@ type entry struct {
 	ip     []byte
 	user   []byte // empty for anonymous callers
 	status int
+	// from sluice's own access log (sluicelog.go): the gateway keyed the
+	// caller by its identity; the gateway refused the request
+	gatewayAuth bool
+	refused     bool
 }
 
 // Reasons a line is malformed. They are static so that a bad line costs
@@ -47,23 +53,27 @@ const (
 	fieldIP
 	fieldUser
 	fieldStatus
+	fieldGatewayClass    // sluice_class of sluice's JSON access log
+	fieldGatewayDecision // sluice_decision
 	numFields
 )
 
-var fieldKindNames = [numFields]string{"", "time", "method", "path", "request", "ip", "user", "status"}
+var fieldKindNames = [numFields]string{"", "time", "method", "path", "request", "ip", "user", "status", "sluice_class", "sluice_decision"}
 
 // defaultFields are the JSON field names read by default, in order of
 // preference within each kind: what nginx json log formats, Caddy, Traefik,
 // Envoy, ECS and Datadog attributes, and the usual Go and Node loggers
 // write. A dotted name reaches into nested objects.
 var defaultFields = [numFields][]string{
-	fieldTime:    {"time", "timestamp", "ts", "@timestamp", "time_local", "time_iso8601", "datetime", "date", "start_time", "StartUTC"},
-	fieldMethod:  {"method", "request_method", "http_method", "verb", "RequestMethod", "http.method", "http.request_method", "http.request.method", "request.method"},
-	fieldPath:    {"path", "uri", "request_uri", "url", "request_path", "RequestPath", "http.path", "http.request_uri", "http.url", "http.url_details.path", "url.path", "url.original", "request.uri", "request.path", "request.url"},
-	fieldRequest: {"request", "request_line", "http.request_line"},
-	fieldIP:      {"remote_addr", "client_ip", "ip", "remote_ip", "clientip", "client", "ClientHost", "ClientAddr", "client.ip", "source.ip", "network.client.ip", "request.remote_ip", "request.remote_addr"},
-	fieldUser:    {"api_key", "apikey", "user", "user_id", "userId", "remote_user", "user.id", "usr.id", "user.name", "consumer", "client_id", "subject", "sub"},
-	fieldStatus:  {"status", "status_code", "statusCode", "response_code", "DownstreamStatus", "http.status", "http.status_code", "response.status", "http.response.status_code"},
+	fieldTime:            {"time", "timestamp", "ts", "@timestamp", "time_local", "time_iso8601", "datetime", "date", "start_time", "StartUTC"},
+	fieldMethod:          {"method", "request_method", "http_method", "verb", "RequestMethod", "http.method", "http.request_method", "http.request.method", "request.method"},
+	fieldPath:            {"path", "uri", "request_uri", "url", "request_path", "RequestPath", "http.path", "http.request_uri", "http.url", "http.url_details.path", "url.path", "url.original", "request.uri", "request.path", "request.url"},
+	fieldRequest:         {"request", "request_line", "http.request_line"},
+	fieldIP:              {"remote_addr", "client_ip", "ip", "remote_ip", "clientip", "client", "ClientHost", "ClientAddr", "client.ip", "source.ip", "network.client.ip", "request.remote_ip", "request.remote_addr"},
+	fieldUser:            {"api_key", "apikey", "user", "user_id", "userId", "remote_user", "user.id", "usr.id", "user.name", "consumer", "client_id", "subject", "sub"},
+	fieldStatus:          {"status", "status_code", "statusCode", "response_code", "DownstreamStatus", "http.status", "http.status_code", "response.status", "http.response.status_code"},
+	fieldGatewayClass:    {"sluice_class"},
+	fieldGatewayDecision: {"sluice_decision"},
 }
 
 type fieldSpec struct {
@@ -85,6 +95,11 @@ type parser struct {
 	name      []byte // dotted name of the current JSON field
 	rank      [numFields]uint8
 	request   []byte
+	// trusted are the proxies whose X-Forwarded-For entries are believed
+	// (--trusted-proxy); none: the leftmost entry is the client
+	trusted []netip.Prefix
+	// sluice_class and sluice_decision of the current JSON line
+	gwClass, gwDecision []byte
 }
 
 // newParser returns a parser for the default JSON field names, with
@@ -197,13 +212,22 @@ func (p *parser) finish(e *entry) error {
 	if len(e.path) == 0 || e.path[0] != '/' {
 		return errPath
 	}
+	if bytes.IndexByte(e.path, '%') >= 0 {
+		off := len(p.scratch)
+		p.scratch = appendUnreservedDecoded(p.scratch, e.path)
+		e.path = p.scratch[off:]
+	}
 	for _, a := range p.anonymous {
-		if bytes.EqualFold(e.user, a) {
+		if !e.gatewayAuth && bytes.EqualFold(e.user, a) {
 			e.user = nil
 			break
 		}
 	}
-	e.ip = firstAddress(e.ip)
+	if len(p.trusted) > 0 {
+		e.ip = clientAfterProxies(e.ip, p.trusted)
+	} else {
+		e.ip = firstAddress(e.ip)
+	}
 	if len(e.ip) == 1 && e.ip[0] == '-' {
 		e.ip = nil
 	}
@@ -211,6 +235,67 @@ func (p *parser) finish(e *entry) error {
 		return errCaller
 	}
 	return nil
+}
+
+// appendUnreservedDecoded appends path to dst with its percent-encoded
+// unreserved characters (letters, digits, - . _ ~) decoded, as the gateway
+// normalizes a path before matching it (/%62log → /blog); other escapes
+// stay as they are.
+func appendUnreservedDecoded(dst, path []byte) []byte {
+	for i := 0; i < len(path); i++ {
+		if path[i] == '%' && i+2 < len(path) {
+			hi, lo := unhex(path[i+1]), unhex(path[i+2])
+			if hi >= 0 && lo >= 0 {
+				c := byte(hi<<4 | lo)
+				if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+					dst = append(dst, c)
+					i += 2
+					continue
+				}
+			}
+		}
+		dst = append(dst, path[i])
+	}
+	return dst
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// clientAfterProxies is the client of an X-Forwarded-For list as the
+// gateway finds it behind trusted proxies: the rightmost address that is
+// not one of them (entries that name no address are passed over); the
+// leftmost when all are trusted. A single address is itself.
+func clientAfterProxies(ip []byte, trusted []netip.Prefix) []byte {
+	if bytes.IndexByte(ip, ',') < 0 {
+		return ip
+	}
+	rest := ip
+	for len(rest) > 0 {
+		var e []byte
+		if i := bytes.LastIndexByte(rest, ','); i >= 0 {
+			e, rest = bytes.TrimSpace(rest[i+1:]), rest[:i]
+		} else {
+			e, rest = bytes.TrimSpace(rest), nil
+		}
+		a, err := netip.ParseAddr(string(e))
+		if err != nil {
+			continue // unknown, -, or a name: no address
+		}
+		if !slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) }) {
+			return e
+		}
+	}
+	return firstAddress(ip)
 }
 
 // firstAddress is the leftmost address of an X-Forwarded-For list
@@ -342,6 +427,9 @@ func (p *parser) parseCLF(b []byte, e *entry) error {
 		return errStatus
 	}
 	e.status = int(v)
+	if class, decision, ok := sluiceCombinedFields(b[i:]); ok {
+		p.applyGateway(e, class, decision)
+	}
 	return nil
 }
 
@@ -373,9 +461,13 @@ func (p *parser) parseJSON(b []byte, e *entry) error {
 	}
 	p.name = p.name[:0]
 	p.request = nil
+	p.gwClass, p.gwDecision = nil, nil
 	i, err := p.object(b, 0, e, 0)
 	if err != nil {
 		return err
+	}
+	if p.gwClass != nil || p.gwDecision != nil {
+		p.applyGateway(e, p.gwClass, p.gwDecision)
 	}
 	if skipSpace(b, i) != len(b) {
 		return errJSON
@@ -542,6 +634,10 @@ func (p *parser) set(spec fieldSpec, v []byte, isString bool, e *entry) error {
 			e.ip = v
 		case fieldUser:
 			e.user = v
+		case fieldGatewayClass:
+			p.gwClass = v
+		case fieldGatewayDecision:
+			p.gwDecision = v
 		}
 	}
 	p.rank[spec.kind] = spec.rank

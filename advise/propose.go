@@ -70,6 +70,10 @@ type Proposal struct {
 	// Basis is the reading of the rule: keys (proposeByKeys, the default)
 	// or samples (propose, --statistic samples).
 	Basis string `json:"basis"`
+	// BurstWindow is how much of the rate the burst may hold, with the
+	// keys reading: 10s (the rule's 10 × rate), or 1m when the keys'
+	// short peaks need more than 10 s of the rate.
+	BurstWindow string `json:"burst_window,omitempty"`
 }
 
 func propose(sec, perMin Dist) Proposal {

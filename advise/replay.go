@@ -42,11 +42,14 @@ func newReplayer(cls *classes, start, reorder int64, rules [][]sluice.Rule) *rep
 	return rp
 }
 
-func (rp *replayer) batch(b *batch) {
+func (rp *replayer) batch(b *batch) { feed(rp.cls, rp.ro, b) }
+
+// feed adds the records of b that have a class, or may have one, to ro.
+func feed(cls *classes, ro *reorder, b *batch) {
 	for i := range b.recs {
 		r := &b.recs[i]
-		if ep := knownEndpoint(rp.cls, r); ep != -1 {
-			rp.ro.add(b, r, max(ep, -1))
+		if ep := knownEndpoint(cls, r); ep != -1 {
+			ro.add(b, r, max(ep, -1))
 		}
 	}
 }
@@ -59,7 +62,7 @@ func (rp *replayer) release(s *slotBuf) {
 	for i := range s.items {
 		it := &s.items[i]
 		class := classOfItem(rp.cls, s, it)
-		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil {
+		if class < 0 || int(class) >= len(rp.rules) || rp.rules[class] == nil || it.status&statusRefused != 0 {
 			continue
 		}
 		sweep := false

@@ -22,15 +22,18 @@ type Report struct {
 	Malformed         int64           `json:"malformed"`
 	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
-	Order             Order           `json:"order"`
-	Window            string          `json:"window"`
-	WindowStart       time.Time       `json:"window_start"`
-	WindowEnd         time.Time       `json:"window_end"`
-	Classes           []ClassReport   `json:"classes"`
-	Notes             []string        `json:"notes,omitempty"`
-	MeasureSeconds    float64         `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
-	MBPerSecond       float64         `json:"mb_per_second"`   // of the first pass
-	ReplaySeconds     float64         `json:"replay_seconds,omitempty"`
+	// Refused are the requests sluice's own access log says the gateway
+	// refused: they count toward their callers' denied share only.
+	Refused        int64         `json:"refused_by_sluice,omitempty"`
+	Order          Order         `json:"order"`
+	Window         string        `json:"window"`
+	WindowStart    time.Time     `json:"window_start"`
+	WindowEnd      time.Time     `json:"window_end"`
+	Classes        []ClassReport `json:"classes"`
+	Notes          []string      `json:"notes,omitempty"`
+	MeasureSeconds float64       `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
+	MBPerSecond    float64       `json:"mb_per_second"`   // of the first pass
+	ReplaySeconds  float64       `json:"replay_seconds,omitempty"`
 }
 
 // ClassReport is the measurement, proposal and replay of one class.
@@ -137,10 +140,11 @@ func Run(o Options) (*Report, error) {
 		cls.patterns = make(map[string]int32)
 	}
 	newWork := func() func(*batch) {
-		w := &lineWorker{p: newParser(o.Fields), names: names}
+		w := &lineWorker{p: newParser(o.Fields), names: names, group: o.MaxPolicies > 0}
 		if o.AnonymousUsers != nil {
 			w.p.setAnonymous(o.AnonymousUsers)
 		}
+		w.p.trusted = o.TrustedProxies
 		if matcher != nil {
 			w.m, _ = newPolicyMatcher(policies)
 		}
@@ -245,6 +249,10 @@ func Run(o Options) (*Report, error) {
 		// writes governs exactly the requests it was sized on: advising
 		// again with it as --config gives the same classes and numbers.
 		policies = routes(rep)
+		var groupNotes []string
+		if o.MaxPolicies > 0 {
+			policies, groupNotes = groupRoutes(rep, o.MaxPolicies, o.MinShare)
+		}
 		if len(policies) > 0 {
 			if matcher, err = newPolicyMatcher(policies); err != nil {
 				return nil, fmt.Errorf("the proposed routes: %w", err)
@@ -266,11 +274,47 @@ func Run(o Options) (*Report, error) {
 			}
 			rep.MeasureSeconds += time.Since(t3).Seconds()
 			m = m3
-			rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			if o.MaxPolicies > 0 {
+				rep.Notes = append(rep.Notes[:conflictNotes], groupNotes...)
+			} else {
+				rep.Notes = rep.Notes[:conflictNotes+countConflicts(rep.Notes[conflictNotes:])]
+			}
 			rep.Classes = nil
 			proposeClasses(rep, m, cls, true, policies, o)
+			if n := defaultNote(rep, policies, o.MinShare); n != "" {
+				rep.Notes = append(rep.Notes, n)
+			}
 			rep.Unmatched = m.unmatched
 		}
+	}
+	if o.Statistic != "samples" && m.perKey {
+		// The bursts, from each key's need at its class's rate (burst.go).
+		rates := make([]float64, 2*len(cls.endpoints))
+		for _, c := range rep.Classes {
+			if c.Proposal.Basis == "keys" && int(c.class) < len(rates) {
+				rates[c.class] = c.Proposal.Rate
+			}
+		}
+		if spool != nil {
+			if _, err := spool.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		bp := newBurstPass(m, cls, start, reorderWindow, rates)
+		t4 := time.Now()
+		stopBar := startBar(show, o.stderr, "measuring the bursts", &progress{}, total)
+		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
+		err := pl.run(func(b *batch) error { bp.batch(b); return nil })
+		bp.finish()
+		stopBar()
+		if err != nil {
+			return nil, err
+		}
+		rep.MeasureSeconds += time.Since(t4).Seconds()
+		reburst(rep, m, o)
+	}
+	if rep.Refused = m.refused; rep.Refused > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests were refused by sluice (its access log says so): they count toward their callers' share of denials, not in the distributions, the proposal or the replay", rep.Refused))
 	}
 	if n := m.unsummarized(); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("more than %d distinct (class, caller) pairs: %d requests of the callers past that count in the distributions and the replay, but not in the per-key proposal", maxKeySums, n))
@@ -381,7 +425,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 			cr.Proposal = propose(cr.PerSecond, cr.PerMinute)
 			cr.Keys.Normal = len(normal)
 		} else {
-			cr.Proposal, cr.Keys = proposeByKeys(normal)
+			cr.Proposal, cr.Keys = proposeByKeys(normal, int64(o.MinBurst))
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
 		cr.Tail = tailKeys(keysOf[c], limited, max(o.Top, 10))
@@ -520,6 +564,28 @@ func policyNames(cls *classes, fromConfig bool) []string {
 // beside those of busier endpoints (two patterns conflict when each
 // matches a path the other does not and neither is more specific).
 func checkPatterns(rep *Report, fromConfig bool) {
+	matches, _ := busiestMatches(rep)
+	ok := make(map[string]bool)
+	mux := http.NewServeMux()
+	for _, m := range matches {
+		if fromConfig {
+			ok[m] = true
+			continue
+		}
+		if err := registerPattern(mux, m); err != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is left out of the configuration: %v", m, firstLine(err)))
+			continue
+		}
+		ok[m] = true
+	}
+	for i := range rep.Classes {
+		rep.Classes[i].InConfig = ok[rep.Classes[i].Match]
+	}
+}
+
+// busiestMatches returns the patterns of rep's classes, busiest first
+// (ties by pattern), and the requests of each.
+func busiestMatches(rep *Report) ([]string, map[string]uint64) {
 	traffic := make(map[string]uint64)
 	for _, c := range rep.Classes {
 		traffic[c.Match] += c.PerSecond.Requests
@@ -537,22 +603,7 @@ func checkPatterns(rep *Report, fromConfig bool) {
 		}
 		return strings.Compare(a, b)
 	})
-	ok := make(map[string]bool)
-	mux := http.NewServeMux()
-	for _, m := range matches {
-		if fromConfig {
-			ok[m] = true
-			continue
-		}
-		if err := registerPattern(mux, m); err != nil {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is left out of the configuration: %v", m, firstLine(err)))
-			continue
-		}
-		ok[m] = true
-	}
-	for i := range rep.Classes {
-		rep.Classes[i].InConfig = ok[rep.Classes[i].Match]
-	}
+	return matches, traffic
 }
 
 // firstLine is the first line of a ServeMux error, without the places

@@ -13,6 +13,7 @@ const maxKeyLen = 200
 type lineWorker struct {
 	p     *parser
 	m     *policyMatcher // nil: classes from the paths
+	group bool           // static assets get group patterns (group.go)
 	names []string       // source names, for malformed-line examples
 	e     entry
 }
@@ -51,11 +52,20 @@ func (w *lineWorker) do(b *batch) {
 		}
 		e := &w.e
 		r := rec{time: e.time, policy: -1, off: lineOff, status: uint16(e.status)}
+		if e.refused {
+			r.status |= statusRefused
+		}
 		if w.m != nil {
 			r.policy = w.m.match(e.method, e.path)
 		} else {
 			off := len(b.arena)
-			b.arena = appendPattern(b.arena, e.method, e.path)
+			static := false
+			if w.group {
+				b.arena, static = appendStaticPattern(b.arena, e.method, e.path)
+			}
+			if !static {
+				b.arena = appendPattern(b.arena, e.method, e.path)
+			}
 			r.pat = span{uint32(off), uint32(len(b.arena) - off)}
 			r.patHash = hashBytes(b.arena[off:])
 		}
