@@ -32,7 +32,11 @@
 // per group with a Bloom filter of their ids, so that a key may come back
 // emptier than it was, never fuller (but for debt below zero, forgotten
 // when merged), and a new key that the filter matches by chance may start
-// emptier than full, at worst empty: see owed for the odds and bounds. Close stops the sweep; no goroutine outlives it.
+// emptier than full, at worst empty: see owed for the odds and bounds. A
+// key evicted while one of its calendar quotas is used is kept whole beside
+// the table until it is full again, at the period's end (keptQuota): the
+// cap bounds the table, not those. Close stops the sweep; no goroutine
+// outlives it.
 package memstore
 
 import (

@@ -17,6 +17,8 @@
 // default the time is the Redis server's own (TIME), so every instance
 // shares one clock; Options.Now selects the client's clock instead. Both
 // clamp negative elapsed time, so a clock that is behind never mints tokens.
+// Calendar quotas go to the batch script, with their period boundaries
+// computed here in their time zone (see appendBoundaries).
 //
 // Concurrent checks are coalesced by default (see Coalesce): a check that
 // finds nothing in flight goes at once, on its caller's goroutine; those
