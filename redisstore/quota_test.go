@@ -229,3 +229,45 @@ func TestQuotaServerTime(t *testing.T) {
 		return
 	}
 }
+
+// When Redis's clock and the gateway's stand on either side of a period
+// boundary (server-clock mode), the script still picks the period that
+// holds its own time, from the boundaries the gateway computed: the
+// previous day when Redis is behind, the next when it is ahead. The
+// answers equal Decide's at Redis's time.
+func TestQuotaClocksAcrossABoundary(t *testing.T) {
+	ny := mustQuota(t, 3, sluice.Day, "America/New_York")
+	rules := []sluice.Rule{{Rate: 5, Burst: 5}, ny}
+	midnight := time.Date(2027, 11, 8, 0, 0, 0, 0, ny.Zone) // after a 25-hour day
+	client := redistest.Start(t).Client(t)
+	for _, tc := range []struct {
+		name           string
+		gateway, redis time.Duration // from midnight
+	}{
+		{"redis behind", 2 * time.Second, -3 * time.Second},
+		{"redis ahead", -2 * time.Second, 3 * time.Second},
+		{"both before", -5 * time.Second, -1 * time.Second},
+		{"both after", 1 * time.Second, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := midnight.Add(tc.gateway)
+			rs := redisstore.New(client, redisstore.Options{Prefix: tc.name + ":", Now: func() time.Time { return gw }, DisableCoalescing: true})
+			want := model{}
+			server := midnight.Add(tc.redis)
+			for step := range 12 {
+				if step == 6 {
+					server = server.Add(-10 * time.Second) // and back: never a new period twice
+				}
+				b := redisstore.BatchOp{Req: sluice.Request{Key: "k", Cost: 1, Rules: rules}}
+				got, err := redisstore.RunBatchSkewed(ctx, rs, []redisstore.BatchOp{b}, server)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := want.do(b, server.UnixMicro()); got[0] != w {
+					t.Fatalf("step %d: redis %+v, Decide %+v", step, got[0], w)
+				}
+				server = server.Add(time.Second)
+			}
+		})
+	}
+}
