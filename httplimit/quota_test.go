@@ -3,10 +3,12 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // A calendar quota is its own item: RateLimit-Policy states q = the quota
@@ -49,5 +51,17 @@ func TestCalendarQuotaHeaders(t *testing.T) {
 	e.clock.Advance(toMidnight * time.Second)
 	if r := e.do("GET", "/"); r.status != http.StatusOK {
 		t.Fatalf("at midnight: status %d; want the new day's quota", r.status)
+	}
+}
+
+// A quota with another algorithm than the token bucket is refused: the
+// windows and logs of package algo know no calendar.
+func TestCalendarQuotaNeedsTheTokenBucket(t *testing.T) {
+	day, _ := sluice.NewQuota(3, sluice.Day, nil)
+	ms := memstore.New(memstore.Options{SweepInterval: -1})
+	defer ms.Close()
+	_, err := New(Options{Store: ms, Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Algorithm: "fixed_window", Anonymous: []sluice.Rule{day}}}})
+	if err == nil || !strings.Contains(err.Error(), "calendar quota") {
+		t.Fatalf("New: %v; want an error naming the calendar quota", err)
 	}
 }
