@@ -7,8 +7,10 @@ import (
 )
 
 // Bucket is the stored state of one token bucket: the tokens it held at
-// Last, a time in Unix microseconds. Stores keep one Bucket per rule; most
-// callers never see one.
+// Last, a time in Unix microseconds. For a calendar quota (Rule.Period),
+// Tokens are what is left of the quota and Last is the end of the period
+// they belong to. Stores keep one Bucket per rule; most callers never see
+// one.
 type Bucket struct {
 	Tokens float64
 	Last   int64
@@ -91,13 +93,14 @@ func refill(b Bucket, r Rule, now int64) float64 {
 // the token bucket and of reservations that every store shares. Input must be valid (see
 // ValidateRequest): Decide does not check it.
 //
-// All rules are refilled to now. The request passes when every bucket
-// holds at least cost tokens (or, for a reservation, will within
-// maxDelay); then cost is taken from every bucket, else from none. The
-// refill and the time of it are recorded either way, and Last never moves
-// backwards.
+// All rules are refilled to now; a calendar quota whose period has ended
+// is whole again (renew). The request passes when every bucket holds at
+// least cost tokens (or, for a reservation, will within maxDelay: never a
+// quota short of cost, which would wait for its next period); then cost is
+// taken from every bucket, else from none. The refill and the time of it
+// are recorded either way, and Last never moves backwards.
 func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
-	if len(rules) == 1 { // small enough to inline: the common case costs no extra call
+	if len(rules) == 1 && rules[0].Period == Rolling { // small enough to inline: the common case costs no extra call
 		return decideOne(&buckets[0], rules[0], now, cost, maxDelay)
 	}
 	return decideMany(buckets, rules, now, cost, maxDelay)
@@ -106,7 +109,18 @@ func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Durat
 func decideMany(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
 	c := float64(cost)
 	var wait int64 // µs until every bucket holds cost
+	short := false // a quota holds less than cost: no reservation
 	for i, r := range rules {
+		if r.Period != Rolling {
+			buckets[i] = renew(buckets[i], r, now)
+			if buckets[i].Tokens+tolerance < c {
+				short = true
+				if w := buckets[i].Last - now; w > wait {
+					wait = w
+				}
+			}
+			continue
+		}
 		tokens := refill(buckets[i], r, now)
 		buckets[i].Tokens = tokens
 		if buckets[i].Last < now {
@@ -118,13 +132,13 @@ func decideMany(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.D
 			}
 		}
 	}
-	allowed := wait == 0 || (maxDelay > 0 && wait <= maxDelay.Microseconds())
+	allowed := wait == 0 || (maxDelay > 0 && !short && wait <= maxDelay.Microseconds())
 	if allowed {
 		for i := range rules {
 			buckets[i].Tokens -= c
 		}
 	}
-	res := report(buckets, rules, c, allowed)
+	res := report(buckets, rules, now, c, allowed)
 	if allowed && wait > 0 {
 		res.Delay = time.Duration(wait) * time.Microsecond
 	}
@@ -162,10 +176,20 @@ func decideOne(b *Bucket, r Rule, now, cost int64, maxDelay time.Duration) Resul
 
 // AdjustBuckets charges delta more tokens (or refunds -delta, up to the
 // burst) to buckets at now, after refilling them. Allowed in the result
-// reports whether every bucket is at or above zero afterwards.
+// reports whether every bucket is at or above zero afterwards. A calendar
+// quota is renewed first, so debt never outlives its period.
 func AdjustBuckets(buckets []Bucket, rules []Rule, now, delta int64) Result {
 	allowed := true
 	for i, r := range rules {
+		if r.Period != Rolling {
+			b := renew(buckets[i], r, now)
+			b.Tokens = math.Min(float64(r.Burst), b.Tokens-float64(delta))
+			buckets[i] = b
+			if b.Tokens+tolerance < 0 {
+				allowed = false
+			}
+			continue
+		}
 		tokens := math.Min(float64(r.Burst), refill(buckets[i], r, now)-float64(delta))
 		buckets[i].Tokens = tokens
 		if buckets[i].Last < now {
@@ -175,41 +199,60 @@ func AdjustBuckets(buckets []Bucket, rules []Rule, now, delta int64) Result {
 			allowed = false
 		}
 	}
-	return report(buckets, rules, 0, allowed)
+	return report(buckets, rules, now, 0, allowed)
 }
 
-// report builds the Result of buckets after a decision. Denied: the rule
-// that makes the caller wait longest for cost tokens. Allowed: the rule
-// with the fewest whole tokens left, ties going to the one furthest from
-// full.
-func report(buckets []Bucket, rules []Rule, cost float64, allowed bool) Result {
+// report builds the Result of buckets after a decision at now. Denied:
+// the rule that makes the caller wait longest for cost tokens. Allowed:
+// the rule with the fewest whole tokens left, ties going to the one
+// furthest from full. A calendar quota is full again, and has cost tokens
+// again, when its period ends.
+func report(buckets []Bucket, rules []Rule, now int64, cost float64, allowed bool) Result {
 	best, bestKey, bestReset := 0, int64(math.MaxInt64), int64(-1)
-	var retry int64
+	var retry, bestResetAfter int64
 	for i, r := range rules {
-		reset := micros((float64(r.Burst) - buckets[i].Tokens) / r.Rate)
+		reset := resetAfter(buckets[i], r, now)
 		if !allowed {
 			w := int64(0)
 			if buckets[i].Tokens+tolerance < cost {
-				w = micros((cost - buckets[i].Tokens) / r.Rate)
+				if r.Period != Rolling {
+					w = buckets[i].Last - now
+				} else {
+					w = micros((cost - buckets[i].Tokens) / r.Rate)
+				}
 			}
 			if w > retry {
-				best, retry = i, w
+				best, retry, bestResetAfter = i, w, reset
 			}
 			continue
 		}
 		if rem := remaining(buckets[i].Tokens); rem < bestKey || (rem == bestKey && reset > bestReset) {
-			best, bestKey, bestReset = i, rem, reset
+			best, bestKey, bestReset, bestResetAfter = i, rem, reset, reset
 		}
 	}
-	r := rules[best]
+	if !allowed && retry == 0 {
+		bestResetAfter = resetAfter(buckets[0], rules[0], now)
+	}
 	return Result{
 		Allowed:    allowed,
 		Rule:       best,
-		Limit:      r.Burst,
+		Limit:      rules[best].Burst,
 		Remaining:  remaining(buckets[best].Tokens),
 		RetryAfter: time.Duration(retry) * time.Microsecond,
-		ResetAfter: time.Duration(micros((float64(r.Burst)-buckets[best].Tokens)/r.Rate)) * time.Microsecond,
+		ResetAfter: time.Duration(bestResetAfter) * time.Microsecond,
 	}
+}
+
+// resetAfter is the µs until b of r is full again: for a calendar quota
+// that has been drawn on, the end of its period.
+func resetAfter(b Bucket, r Rule, now int64) int64 {
+	if r.Period != Rolling {
+		if b.Tokens < float64(r.Burst) && b.Last > now {
+			return b.Last - now
+		}
+		return 0
+	}
+	return micros((float64(r.Burst) - b.Tokens) / r.Rate)
 }
 
 // remaining is the whole number of tokens in a bucket, never below zero.
@@ -242,12 +285,13 @@ func durationOf(seconds float64) time.Duration {
 	return time.Duration(micros(seconds)) * time.Microsecond
 }
 
-// ExpiryAfter is how long a key's state must be kept: until every bucket
-// is full again, which is when dropping it loses nothing, plus margin.
-func ExpiryAfter(buckets []Bucket, rules []Rule, margin time.Duration) time.Duration {
+// ExpiryAfter is how long a key's state must be kept after now: until
+// every bucket is full again (a calendar quota drawn on: until its period
+// ends), which is when dropping it loses nothing, plus margin.
+func ExpiryAfter(buckets []Bucket, rules []Rule, now int64, margin time.Duration) time.Duration {
 	var longest int64
 	for i, r := range rules {
-		if t := micros((float64(r.Burst) - buckets[i].Tokens) / r.Rate); t > longest {
+		if t := resetAfter(buckets[i], r, now); t > longest {
 			longest = t
 		}
 	}
@@ -265,7 +309,7 @@ func ValidateRequest(req Request) error {
 	// rest, and every error, in validateRequest.
 	if len(req.Rules) == 1 && req.Key != "" && req.Cost >= 0 && req.MaxDelay >= 0 && req.MaxDelay <= MaxDelayLimit {
 		// burst ≤ rate × refillBound also says rate > 0 (and not NaN).
-		if r := req.Rules[0]; r.Rate <= MaxRate && r.Burst >= 1 && r.Burst <= MaxBurst && float64(r.Burst) <= r.Rate*refillBound && req.Cost <= r.Burst {
+		if r := req.Rules[0]; r.Period == Rolling && r.Rate <= MaxRate && r.Burst >= 1 && r.Burst <= MaxBurst && float64(r.Burst) <= r.Rate*refillBound && req.Cost <= r.Burst {
 			return nil
 		}
 	}

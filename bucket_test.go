@@ -182,7 +182,7 @@ func TestValidateRequest(t *testing.T) {
 func TestExpiryAfter(t *testing.T) {
 	rules := []Rule{{Rate: 1, Burst: 10}, {Rate: 0.1, Burst: 2}}
 	b := []Bucket{{Tokens: 5}, {Tokens: -1}}
-	if got, want := ExpiryAfter(b, rules, time.Second), 31*time.Second; got != want {
+	if got, want := ExpiryAfter(b, rules, 0, time.Second), 31*time.Second; got != want {
 		t.Fatalf("ExpiryAfter = %v, want %v (30 s to refill rule 1 from -1, plus margin)", got, want)
 	}
 }

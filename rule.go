@@ -11,9 +11,16 @@ import (
 // Rule is one token bucket: capacity Burst, refilled continuously at Rate
 // tokens per second. The zero Rule is invalid; build one with NewRule or
 // ParseRate, or fill both fields and call Validate.
+//
+// A Rule whose Period is set is a calendar quota instead (build it with
+// NewQuota): Burst tokens per calendar day, week or month in Zone, all of
+// them back at the start of the next period; see Period.
 type Rule struct {
 	Rate  float64 // tokens per second, > 0, may be fractional
 	Burst int64   // capacity in tokens, ≥ 1
+
+	Period Period         // Rolling (a token bucket), or the calendar period of a quota
+	Zone   *time.Location // where a quota's periods begin; nil means UTC
 }
 
 // NewRule returns the rule of the given rate (as ParseRate reads it) and
@@ -31,6 +38,9 @@ func NewRule(rate string, burst int64) (Rule, error) {
 // MaxRate, a burst from 1 to MaxBurst, and a refill time (Burst/Rate) of
 // at most MaxRefillTime. The error wraps ErrInvalid.
 func (r Rule) Validate() error {
+	if r.Period != Rolling {
+		return r.validateQuota()
+	}
 	if !(r.Rate > 0) || !(r.Rate <= MaxRate) {
 		return fmt.Errorf("%w: rate %v: want a number of tokens per second above 0 and at most %g", ErrInvalid, r.Rate, float64(MaxRate))
 	}
@@ -65,6 +75,13 @@ func (r Rule) RefillTime() time.Duration {
 
 // String formats r as "RATE burst N", with RATE as ParseRate reads it.
 func (r Rule) String() string {
+	if r.Period != Rolling {
+		s := strconv.FormatInt(r.Burst, 10) + "/" + r.Period.String() + " quota"
+		if r.Zone != nil && r.Zone != time.UTC {
+			s += " in " + r.Zone.String()
+		}
+		return s
+	}
 	return FormatRate(r.Rate) + " burst " + strconv.FormatInt(r.Burst, 10)
 }
 

@@ -66,7 +66,7 @@ func TestWaitsSaturate(t *testing.T) {
 	if res.Allowed || res.RetryAfter != MaxWait || res.Delay != 0 {
 		t.Fatalf("check after the charge: %+v; want denied for MaxWait", res)
 	}
-	if d := ExpiryAfter(b, r, math.MaxInt64); d != math.MaxInt64 {
+	if d := ExpiryAfter(b, r, now, math.MaxInt64); d != math.MaxInt64 {
 		t.Fatalf("ExpiryAfter with the largest margin = %v; want it saturated", d)
 	}
 	// A clock so far ahead that now - last wraps int64 still refills (to

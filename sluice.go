@@ -9,6 +9,10 @@
 // full bucket, so a store may forget any bucket that is full again without
 // changing a single answer.
 //
+// A rule may instead be a calendar quota (NewQuota): Burst tokens per
+// calendar day, ISO week or month in a time zone, all of them back when the
+// next period begins; a denial waits for that instant.
+//
 // A check may name several rules (say 20/s with burst 100, and 10000/d):
 // they are decided together, all or nothing, and the Result reports the rule
 // closest to running out. The math lives in Decide and AdjustBuckets, written
@@ -81,10 +85,12 @@ type Result struct {
 
 	// RetryAfter is, when denied, the time until the request would pass:
 	// exactly (cost - tokens) / rate for the slowest rule, rounded up to the
-	// microsecond. Zero when allowed.
+	// microsecond, or the time until a spent quota's period ends. Zero when
+	// allowed.
 	RetryAfter time.Duration
 
-	// ResetAfter is the time until the reported rule's bucket is full again.
+	// ResetAfter is the time until the reported rule's bucket is full again:
+	// for a calendar quota that is used, the end of its period.
 	ResetAfter time.Duration
 
 	// Delay is how long the caller must wait before proceeding with a

@@ -64,6 +64,7 @@ type Config struct {
 	IPv6Prefix      int      `yaml:"ipv6_prefix"`      // bits that key an IPv6 client; default 64
 	Identity        Identity `yaml:"identity"`
 	Policies        []Policy `yaml:"policies"`
+	QuotaTimeZone   string   `yaml:"quota_time_zone"` // IANA zone where quotas' days begin; default UTC (quota.go)
 
 	// Allowlist names callers never limited, such as health checkers.
 	Allowlist   Allowlist   `yaml:"allowlist"`
@@ -170,10 +171,12 @@ type Policy struct {
 	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
 }
 
-// Rule is one token bucket as written: a rate such as 10/s and a burst.
+// Rule is one token bucket as written: a rate such as 10/s and a burst;
+// or a calendar quota such as 100000/month (quota.go).
 type Rule struct {
 	Rate  string `yaml:"rate"`
 	Burst int64  `yaml:"burst"`
+	Quota string `yaml:"quota"` // COUNT/day, /week or /month, in quota_time_zone; without rate and burst
 }
 
 // Override gives one authenticated identity rules of its own.

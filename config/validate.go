@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/algo"
 
@@ -36,6 +37,7 @@ type keyMaterial struct {
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
 	rules     map[string][]sluice.Rule // parsed rules by field path
+	quotaZone *time.Location           // quota_time_zone, loaded
 }
 
 type validator struct {
@@ -105,6 +107,7 @@ func (v *validator) validate() {
 	v.paths()
 	v.store()
 	v.identity()
+	v.quotaTimeZone()
 	v.policies()
 	v.plans()
 	v.allowlist()
@@ -377,6 +380,7 @@ func (v *validator) policies() {
 		}
 		v.logBounds(at, p)
 		v.key(at, p)
+		v.quotaAlgorithm(at, p)
 		seen := make(map[string]int)
 		for j, o := range p.Overrides {
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)
@@ -446,12 +450,18 @@ func (v *validator) rules(field string, rules []Rule, cost int64) {
 	ok := true
 	for i, r := range rules {
 		at := fmt.Sprintf("%s[%d]", field, i)
+		if r.Quota != "" {
+			q, good := v.quota(at, r, cost)
+			ok = ok && good
+			parsed = append(parsed, q)
+			continue
+		}
 		rate, err := sluice.ParseRate(r.Rate)
 		if r.Rate == "" {
 			v.fail(at+".rate", "missing; want COUNT/UNIT such as 10/s, 600/m, 1000/h, 10000/d or 0.5/s")
 			ok = false
 		} else if err != nil {
-			v.fail(at+".rate", "%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalid.Error()+": "))
+			v.fail(at+".rate", "%s%s", strings.TrimPrefix(err.Error(), sluice.ErrInvalid.Error()+": "), calendarHint(r.Rate))
 			ok = false
 		}
 		switch {

@@ -21,6 +21,9 @@ func LocalFallback(local *memstore.Store, instances int) Fallback {
 			rs := make([]sluice.Rule, len(req.Rules))
 			for i, r := range req.Rules {
 				rs[i] = sluice.Rule{Rate: r.Rate / float64(instances), Burst: max(1, r.Burst/int64(instances))}
+				if r.Period != sluice.Rolling { // a calendar quota: its share per period
+					rs[i], _ = sluice.NewQuota(rs[i].Burst, r.Period, r.Zone)
+				}
 			}
 			rules, _ = scaled.LoadOrStore(&req.Rules[0], rs)
 		}

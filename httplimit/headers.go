@@ -85,6 +85,9 @@ func renderQuota(name string, rules []sluice.Rule, cost int64, costHeader string
 		burst := min(r.Burst/qh.per, maxSFInteger)
 		qh.limit = append(qh.limit, strconv.FormatInt(burst, 10))
 		q, w := quotaWindow(r.Rate/float64(qh.per), burst)
+		if r.Period != sluice.Rolling { // a calendar quota: q a period, w its nominal length
+			q, w = burst, int64(r.Period.Nominal()/time.Second)
+		}
 		if i > 0 {
 			policy = append(policy, ", "...)
 		}

@@ -419,6 +419,9 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 	if err := sluice.ValidateRequest(probe); err != nil {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}
+	if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling }); i >= 0 && p.Algorithm != "" && p.Algorithm != "token_bucket" {
+		return ruleSet{}, fmt.Errorf("httplimit: policy %q: rule %d is a calendar quota, which algorithm %s knows not; want the token bucket (Algorithm \"\")", p.Name, i, p.Algorithm)
+	}
 	return ruleSet{rules: slices.Clone(rules), class: class, quotaHeaders: renderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
 }
 

@@ -32,7 +32,11 @@
 // per group with a Bloom filter of their ids, so that a key may come back
 // emptier than it was, never fuller (but for debt below zero, forgotten
 // when merged), and a new key that the filter matches by chance may start
-// emptier than full, at worst empty: see owed for the odds and bounds. Close stops the sweep; no goroutine outlives it.
+// emptier than full, at worst empty: see owed for the odds and bounds. A
+// key evicted while one of its calendar quotas is used is kept whole beside
+// the table until it is full again, at the period's end (keptQuota): the
+// cap bounds the table, not those. Close stops the sweep; no goroutine
+// outlives it.
 package memstore
 
 import (
@@ -84,8 +88,9 @@ type Store struct {
 type shard struct {
 	mu   sync.Mutex // for writers of the table, and for owed: see table
 	t    table
-	owed owed     // what keys evicted at the cap still owed
-	_    [64]byte // keeps neighbouring shards' locks off one cache line
+	owed owed                 // what keys evicted at the cap still owed
+	kept map[uint64]keptQuota // keys evicted within a period of a calendar quota, by id
+	_    [64]byte             // keeps neighbouring shards' locks off one cache line
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -212,7 +217,7 @@ func (s *Store) Sweep(now int64) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		dropped += sh.t.sweep(now)
+		dropped += sh.t.sweep(now) + sh.sweepKept(now)
 		sh.mu.Unlock()
 	}
 	return dropped
@@ -251,7 +256,10 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 		return sl
 	}
 	if s.shardCap > 0 && sh.t.used >= s.shardCap {
-		if victim, fullAt := sh.t.evict(now, hash*0x9e3779b97f4a7c15); fullAt > now {
+		switch victim, fullAt, quota := sh.t.evict(now, hash*0x9e3779b97f4a7c15); {
+		case quota != nil:
+			sh.keep(victim, quota, fullAt)
+		case fullAt > now:
 			sh.owed.remember(victim, fullAt, now)
 		}
 	}
@@ -266,6 +274,13 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 	} else {
 		b = make([]sluice.Bucket, len(rules))
 		sh.t.extra[id] = b
+	}
+	if k, ok := sh.kept[id]; ok {
+		delete(sh.kept, id)
+		if k.fullAt > now {
+			copy(b, k.b)
+			return sl
+		}
 	}
 	for i, r := range rules {
 		b[i] = sluice.FullBucket(r, now)
@@ -282,7 +297,7 @@ func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64, res sluice.Result
 	if len(rules) == 1 {
 		return after(now, res.ResetAfter)
 	}
-	return after(now, sluice.ExpiryAfter(b, rules, 0))
+	return after(now, sluice.ExpiryAfter(b, rules, now, 0))
 }
 
 // after is now + d in Unix µs, saturating rather than wrapping (d ≥ 0).
@@ -296,3 +311,35 @@ func after(now int64, d time.Duration) int64 {
 
 // evictSample is how many keys evict looks at when none is full again.
 const evictSample = 8
+
+// keptQuota is the state of a key evicted while one of its calendar quotas
+// was drawn on: owed, which remembers only a time, cannot say how much of
+// a quota is left, and forgetting would hand the caller a fresh quota. So
+// such a key is kept whole, outside the table, until it is full again (its
+// quota's period ends): the cap bounds the table, not these.
+type keptQuota struct {
+	b      []sluice.Bucket
+	fullAt int64
+}
+
+// keep remembers the buckets of the evicted key of id, full again at
+// fullAt. sh.mu is held.
+func (sh *shard) keep(id uint64, b []sluice.Bucket, fullAt int64) {
+	if sh.kept == nil {
+		sh.kept = make(map[uint64]keptQuota)
+	}
+	sh.kept[id] = keptQuota{b: b, fullAt: fullAt}
+}
+
+// sweepKept drops the kept keys that are full again at now and returns how
+// many. sh.mu is held.
+func (sh *shard) sweepKept(now int64) int {
+	n := 0
+	for id, k := range sh.kept {
+		if k.fullAt <= now {
+			delete(sh.kept, id)
+			n++
+		}
+	}
+	return n
+}

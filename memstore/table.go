@@ -255,10 +255,12 @@ func (t *table) sweep(now int64) int {
 // evict empties one slot to make room: a key that is full again if the
 // sample of up to evictSample keys after a random start holds one, else
 // the sampled key that will be full soonest. It returns the id of the key
-// it dropped and when that key would have been full again.
-func (t *table) evict(now int64, start uint64) (id uint64, fullAt int64) {
+// it dropped, when that key would have been full again, and, when one of
+// its buckets is a calendar quota within its period (Last after now) and
+// the key is not full, a copy of its buckets.
+func (t *table) evict(now int64, start uint64) (id uint64, fullAt int64, quota []sluice.Bucket) {
 	if t.used == 0 {
-		return 0, now
+		return 0, now, nil
 	}
 	mask := len(t.slots) - 1
 	victim, victimAt, seen := -1, int64(0), 0
@@ -279,6 +281,14 @@ func (t *table) evict(now int64, start uint64) (id uint64, fullAt int64) {
 		}
 	}
 	id = t.slots[victim].lock()
+	if victimAt > now {
+		for _, bk := range t.buckets(&t.slots[victim]) {
+			if bk.Last > now {
+				quota = append([]sluice.Bucket(nil), t.buckets(&t.slots[victim])...)
+				break
+			}
+		}
+	}
 	t.deleteAt(victim)
-	return id, victimAt
+	return id, victimAt, quota
 }

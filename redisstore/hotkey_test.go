@@ -170,7 +170,7 @@ func TestGroupedBatchLeavesTheSequentialState(t *testing.T) {
 			}
 			elapsed := time.Since(start)
 			// The script's expiry: ceil(longest refill in ms) + the margin.
-			longest := sluice.ExpiryAfter(want[k], r, 0)
+			longest := sluice.ExpiryAfter(want[k], r, now, 0)
 			expiry := (longest + time.Millisecond - 1).Truncate(time.Millisecond) + time.Second
 			if pttl > expiry || pttl < expiry-elapsed-time.Millisecond {
 				t.Fatalf("round %d, key %s: PTTL %v, want %v less the %v since the batch was sent", round, k, pttl, expiry, elapsed)

@@ -17,6 +17,8 @@
 // default the time is the Redis server's own (TIME), so every instance
 // shares one clock; Options.Now selects the client's clock instead. Both
 // clamp negative elapsed time, so a clock that is behind never mints tokens.
+// Calendar quotas go to the batch script, with their period boundaries
+// computed here in their time zone (see appendBoundaries).
 //
 // Concurrent checks are coalesced by default (see Coalesce): a check that
 // finds nothing in flight goes at once, on its caller's goroutine; those
@@ -209,7 +211,7 @@ func (s *Store) prepare(ops []op) scriptCall {
 	if s.now != nil {
 		now = float64(s.now().UnixMicro())
 	}
-	if o := ops[0]; len(ops) == 1 && !o.adjust && len(o.rules) == 1 {
+	if o := ops[0]; len(ops) == 1 && !o.adjust && len(o.rules) == 1 && o.rules[0].Period == sluice.Rolling {
 		r := o.rules[0]
 		nums := make([]byte, 0, 6*8)
 		for _, f := range [...]float64{now, float64(s.marginMs), float64(o.amount), float64(o.maxDelayUs), r.Rate, float64(r.Burst)} {
@@ -226,7 +228,11 @@ func (s *Store) prepare(ops []op) scriptCall {
 	keys := make([]string, 0, len(ops))
 	n := 2
 	for _, o := range ops {
-		n += 5 + 2*len(o.rules)
+		n += 5 + 5*len(o.rules)
+	}
+	var wall time.Time // the client's time, for the calendar boundaries of quotas
+	if s.now != nil {
+		wall = time.UnixMicro(int64(now))
 	}
 	// Every number goes as a little-endian float64 in one string: exact
 	// for these values, and the script reads them with struct.unpack
@@ -248,12 +254,22 @@ func (s *Store) prepare(ops []op) scriptCall {
 		if first.adjust {
 			kind = 1
 		}
+		quotas := slices.ContainsFunc(first.rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling })
+		if quotas {
+			kind += 2
+		}
 		nums = appendFloat(nums, kind)
 		nums = appendFloat(nums, float64(len(first.rules)))
 		nums = appendFloat(nums, float64(m))
 		for _, r := range first.rules {
 			nums = appendFloat(nums, r.Rate)
 			nums = appendFloat(nums, float64(r.Burst))
+		}
+		if quotas {
+			if wall.IsZero() {
+				wall = time.Now()
+			}
+			nums = appendBoundaries(nums, first.rules, wall)
 		}
 		for _, j := range order[i : i+m] {
 			nums = appendFloat(nums, float64(ops[j].amount))
@@ -328,6 +344,26 @@ func (c *scriptCall) parse(reply string, err error, ops []op, res []sluice.Resul
 		i += m
 	}
 	return nil
+}
+
+// appendBoundaries appends, for each rule, three Unix µs the script picks
+// a quota's period end from by its own clock, which Lua cannot place in a
+// time zone: the start and the end of the period that holds wall (the
+// client's time) and the end of the next one; zeros for a token bucket.
+// The server's TIME may differ from wall by anything short of a period.
+func appendBoundaries(nums []byte, rules []sluice.Rule, wall time.Time) []byte {
+	for _, r := range rules {
+		if r.Period == sluice.Rolling {
+			nums = append(nums, make([]byte, 3*8)...)
+			continue
+		}
+		start, end := r.Window(wall)
+		_, next := r.Window(end)
+		nums = appendFloat(nums, float64(start.UnixMicro()))
+		nums = appendFloat(nums, float64(end.UnixMicro()))
+		nums = appendFloat(nums, float64(next.UnixMicro()))
+	}
+	return nums
 }
 
 func floatAt(p string, i int) float64 {

@@ -32,13 +32,22 @@
 --   now     Unix microseconds, or -1 to use the Redis server's TIME
 --   margin  expiry margin in milliseconds
 --   then, for each group g in order:
---     op      0 to check, 1 to adjust
+--     op      0 to check, 1 to adjust; 2 more when a rule is a calendar
+--             quota (Rule.Period)
 --     n       number of rules
 --     m       number of checks in the group, at least 1
 --     n pairs of rate (tokens/s) and burst
+--     with op 2 or 3, n triples of Unix µs: for a quota, the start and end
+--       of the period that holds the client's time and the end of the
+--       next, which Go computed in the quota's time zone (Lua knows none);
+--       zeros for a token bucket
 --     m pairs of amount, cost (check) or delta (adjust), an integer, and
 --       delay, the max delay in microseconds (check; 0 = no reservation)
 --
+-- A quota's bucket is (tokens left, end of their period): once that end
+-- has passed, the quota is whole again until the end of the period that
+-- holds now (renew in calendar.go), the first of the three boundaries
+-- after now.
 -- The value is n struct-packed doubles pairs (tokens, last): 16 bytes a
 -- rule, exact (last < 2^53 µs) and cheaper to read than text. A missing or
 -- differently sized value is a set of full buckets (FullBucket).
@@ -70,6 +79,7 @@ local key           -- the key of the group before, not yet written
 local cur           -- its value, as a GET would return it now (false: none)
 local px            -- the expiry of its last write, ms
 local rb            -- rb[2i-1] rate, rb[2i] burst of rule i
+local cb            -- cb[3i-2], cb[3i-1], cb[3i] the boundaries of rule i, or nil
 local s             -- s[2i-1] tokens, s[2i] last of rule i
 for g = 1, #KEYS do
   local k = KEYS[g]
@@ -128,6 +138,12 @@ for g = 1, #KEYS do
     local format = '<' .. rep('d', 2 * n)
     rb = { unpack_struct(format, args, a + 24) }
     a = rb[2 * n + 1]
+    cb = nil
+    if op >= 2 then
+      op = op - 2
+      cb = { unpack_struct('<' .. rep('d', 3 * n), args, a) }
+      a = cb[3 * n + 1]
+    end
     if cur and #cur == 16 * n then
       s = { unpack_struct(format, cur) }
       out[o] = cur
@@ -146,43 +162,75 @@ for g = 1, #KEYS do
       -- Check (Decide): wait is the µs until every bucket holds cost; all
       -- or nothing. Adjust (AdjustBuckets): take delta, capped at the
       -- burst.
-      local wait = 0
+      local wait, short = 0, false -- short: a quota holds less than cost, no reservation
       for i = 1, n do
         local rate, burst = rb[2 * i - 1], rb[2 * i]
-        local elapsed = now - s[2 * i]
-        if elapsed < 0 then
-          elapsed = 0
-        end
-        local tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
-        if s[2 * i] < now then
-          s[2 * i] = now
-        end
-        if op == 0 then
-          if tokens + tolerance < amount then
-            local w = ceil((amount - tokens) / rate * 1e6) -- micros
-            if w > wait then
-              wait = w
+        local tokens
+        if cb and cb[3 * i] > 0 then
+          -- A calendar quota (renew): whole again once its period ended.
+          tokens = s[2 * i - 1]
+          if s[2 * i] <= now then
+            tokens = burst
+            if now < cb[3 * i - 2] then
+              s[2 * i] = cb[3 * i - 2]
+            elseif now < cb[3 * i - 1] then
+              s[2 * i] = cb[3 * i - 1]
+            else
+              s[2 * i] = cb[3 * i]
             end
           end
+          if op == 0 then
+            if tokens + tolerance < amount then
+              short = true
+              if s[2 * i] - now > wait then
+                wait = s[2 * i] - now
+              end
+            end
+          else
+            tokens = min(burst, tokens - amount)
+          end
         else
-          tokens = min(burst, tokens - amount)
+          local elapsed = now - s[2 * i]
+          if elapsed < 0 then
+            elapsed = 0
+          end
+          tokens = min(burst, s[2 * i - 1] + elapsed / 1e6 * rate)
+          if s[2 * i] < now then
+            s[2 * i] = now
+          end
+          if op == 0 then
+            if tokens + tolerance < amount then
+              local w = ceil((amount - tokens) / rate * 1e6) -- micros
+              if w > wait then
+                wait = w
+              end
+            end
+          else
+            tokens = min(burst, tokens - amount)
+          end
         end
         s[2 * i - 1] = tokens
       end
-      if op == 0 and (wait == 0 or (max_delay > 0 and wait <= max_delay)) then
+      if op == 0 and (wait == 0 or (max_delay > 0 and not short and wait <= max_delay)) then
         for i = 1, n do
           s[2 * i - 1] = s[2 * i - 1] - amount
         end
       end
     end
     -- ExpiryAfter of the last check: keep the state until every bucket is
-    -- full again, plus the margin; set on every path, denials included.
+    -- full again (a quota drawn on: until its period ends), plus the
+    -- margin; set on every path, denials included.
     local longest = 0
     for i = 1, n do
       local left = rb[2 * i] - s[2 * i - 1]
       if left > 0 then
-        local reset = ceil(left / rb[2 * i - 1] * 1e6)
-        if reset > max_us then reset = max_us end -- saturates (micros)
+        local reset
+        if cb and cb[3 * i] > 0 then
+          reset = s[2 * i] - now
+        else
+          reset = ceil(left / rb[2 * i - 1] * 1e6)
+          if reset > max_us then reset = max_us end -- saturates (micros)
+        end
         if reset > longest then
           longest = reset
         end

@@ -150,6 +150,9 @@ func (c *denialCache) remember(req sluice.Request, res sluice.Result, sent int64
 		rule:   res.Rule,
 		limit:  res.Limit,
 	}
+	if req.Rules[res.Rule].Period != sluice.Rolling {
+		d.rate = math.Inf(1) // a calendar quota comes back whole at until, not a token at a time
+	}
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()
 	if _, ok := sh.m[h]; !ok && len(sh.m) >= c.shardCap {

@@ -699,6 +699,13 @@ func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result,
 // refill than the store did and deny what the store rightly allowed.
 func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
 	for _, r := range rules {
+		if r.Period != sluice.Rolling {
+			// A calendar quota is not guarded: this clock and the store's
+			// see its period begin at different instants. A bucket that
+			// refills at once keeps the rules' positions.
+			buf = append(buf, sluice.Rule{Rate: sluice.MaxRate, Burst: r.Burst})
+			continue
+		}
 		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1
 		buf = append(buf, sluice.Rule{Rate: r.Rate, Burst: r.Burst + slack})
 	}
@@ -806,6 +813,11 @@ func (s *Store) decided(d Decision) Decision {
 func (s *Store) localRules(buf, rules []sluice.Rule, cost int64) []sluice.Rule {
 	for _, r := range rules {
 		burst := max(r.Burst/s.instances, 1, cost)
+		if r.Period != sluice.Rolling { // a calendar quota: its share of each period
+			q, _ := sluice.NewQuota(burst, r.Period, r.Zone)
+			buf = append(buf, q)
+			continue
+		}
 		// The share refills within sluice.MaxRefillTime, as every valid
 		// rule does: a rule near that bound, divided, would not.
 		rate := max(r.Rate/float64(s.instances), float64(burst)/sluice.MaxRefillTime.Seconds())
