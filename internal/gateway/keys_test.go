@@ -93,3 +93,15 @@ func TestKeyThroughProxyAndCheck(t *testing.T) {
 		t.Fatalf("check of the spent global bucket: %d %s", code, b)
 	}
 }
+
+// A shadow policy answers allowed through /v1/check too, and says when it
+// would have denied: the same core decides for every front door.
+func TestCheckShadow(t *testing.T) {
+	s := serve(t, "", "policies:\n  - {name: s, match: /, anonymous: [{rate: 1/h, burst: 1}], mode: shadow}\n")
+	for i, want := range []string{`"allowed":true`, `"shadow_denied":true`} {
+		resp, b := post(t, s.decision+"/v1/check", `{"policy":"s","key":"u"}`, "Content-Type", jsonType)
+		if resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) || !strings.Contains(b, want) || (i == 0 && strings.Contains(b, "shadow_denied")) {
+			t.Fatalf("check %d: %d %s; want allowed and %s", i, resp.StatusCode, b, want)
+		}
+	}
+}
