@@ -195,6 +195,10 @@ type Options struct {
 
 	// Allowlist names callers that no policy limits (health checkers).
 	Allowlist Allowlist
+
+	// Overrides, when set, are identities' rules that change at runtime;
+	// they win over Policy.Overrides (see overrides.go).
+	Overrides *Overrides
 }
 
 // ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
@@ -237,6 +241,7 @@ type policy struct {
 	Policy
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
+	rt           runtimeRules // Options.Overrides (overrides.go)
 	counters     *policyCounters
 }
 
@@ -299,6 +304,7 @@ func New(opts Options) (*Limiter, error) {
 		}
 		l.noteMethod(p.Pattern)
 		p.counters = l.metrics.forPolicy(p.Name)
+		p.rt.attach(opts.Overrides, l.log)
 		l.byName[p.Name] = p
 	}
 	return l, nil
@@ -381,6 +387,9 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 func (p *policy) rulesFor(id string, authenticated bool) *ruleSet {
 	if !authenticated {
 		return &p.anon
+	}
+	if o := p.runtime(id); o != nil {
+		return o
 	}
 	if o, ok := p.overrides[id]; ok {
 		return o
