@@ -65,6 +65,7 @@ type Config struct {
 	// Allowlist names callers never limited, such as health checkers.
 	Allowlist   Allowlist   `yaml:"allowlist"`
 	DecisionAPI DecisionAPI `yaml:"decision_api"` // POST /v1/check: its listener and token (decisionapi.go)
+	Admin       Admin       `yaml:"admin"`        // the admin API's token and overrides file (admin.go)
 	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
 	AccessLog   AccessLog   `yaml:"access_log"`   // one line per request on the traffic listener (accesslog.go)
 	// What 429s and the headers look like beside headers: (see headers.go).

@@ -106,6 +106,7 @@ func (v *validator) validate() {
 	v.policies()
 	v.allowlist()
 	v.decisionAPI()
+	v.admin()
 	v.accessLog()
 	v.server()
 	v.responses()

@@ -61,6 +61,9 @@ type checkResponse struct {
 	// says what decided instead.
 	StoreError bool   `json:"store_error,omitempty"`
 	DecidedBy  string `json:"decided_by"`
+	// Rules, with cost 0, is the standing on every rule of the key's
+	// rules, read without consuming (admin.go).
+	Rules []ruleUsage `json:"rules,omitempty"`
 }
 
 // serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
@@ -139,7 +142,12 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true, DecidedBy: sluice.ByOpen.String()})
 		return
 	}
+	var rules []ruleUsage
+	if cost == 0 {
+		rules = usageOf(r.Context(), st.limiter, req.Policy, req.Key)
+	}
 	writeJSON(w, http.StatusOK, checkResponse{
+		Rules:        rules,
 		Allowed:      res.Allowed,
 		Policy:       req.Policy,
 		Limit:        res.Limit,

@@ -66,6 +66,12 @@ type Gateway struct {
 	rejections                    *prometheus.CounterVec
 
 	accessLog *accessLog // nil: none (accesslog.go)
+
+	// Runtime overrides and the admin API (admin.go, admin_store.go).
+	redisClient  redis.UniversalClient // nil with the memory store
+	overrides    *httplimit.Overrides
+	sync         *overrideSync
+	adminMetrics *adminMetrics
 }
 
 // state is what a configuration compiles to.
@@ -98,6 +104,10 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	g.metrics = m
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
+		return nil, err
+	}
+	if err := g.openOverrides(cfg); err != nil {
+		_ = g.closeStore()
 		return nil, err
 	}
 	st, err := g.compile(cfg)
@@ -165,6 +175,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		opts.Scope = clusterScope(cc, raw)
 	}
 	rs := resilient.New(all, opts)
+	g.redisClient = client
 	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
 	g.closeStore = func() error {
 		_ = rs.Close()
@@ -196,6 +207,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
 	opts.StoreContext = withAlgorithm
+	opts.Overrides = g.overrides
 	if g.resilient {
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
 			return onErrorContext(withAlgorithm(ctx, p), p)
@@ -309,6 +321,7 @@ func (g *Gateway) Admin() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
+	mux.Handle("/v1/admin/", g.adminAPI())
 	return mux
 }
 
