@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -74,13 +74,14 @@ func parseRules(in []overrideRule) ([]sluice.Rule, error) {
 // overrideBackend keeps the table.
 type overrideBackend interface {
 	// load reads the whole table and its version.
-	load(ctx context.Context) (overrideTable, int64, error)
+	load(ctx context.Context) (overrideTable, string, error)
 	// put sets identity's overrides (nil: deletes them), given the table
-	// as it was, and returns the new version.
-	put(ctx context.Context, table overrideTable, identity string, o policyOverrides) (int64, error)
-	// version reads the version alone, cheaply; shared reports whether
-	// another gateway may change it (only then is it polled).
-	version(ctx context.Context) (int64, error)
+	// as it was.
+	put(ctx context.Context, table overrideTable, identity string, o policyOverrides) error
+	// version reads the version alone, cheaply: a value that changes with
+	// every change. shared reports whether another gateway may change it
+	// (only then is it polled).
+	version(ctx context.Context) (string, error)
 	shared() bool
 	describe() string
 }
@@ -89,8 +90,6 @@ type overrideBackend interface {
 // is named.
 type memoryOverrides struct {
 	path string // "": none
-	mu   sync.Mutex
-	ver  int64
 }
 
 // overridesFile is the form of admin.overrides_file.
@@ -99,25 +98,25 @@ type overridesFile struct {
 	Overrides overrideTable `json:"overrides"`
 }
 
-func (m *memoryOverrides) load(context.Context) (overrideTable, int64, error) {
+func (m *memoryOverrides) load(context.Context) (overrideTable, string, error) {
 	if m.path == "" {
-		return overrideTable{}, 0, nil
+		return overrideTable{}, "", nil
 	}
 	data, err := os.ReadFile(m.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return overrideTable{}, 0, nil
+		return overrideTable{}, "", nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("admin.overrides_file: %w", err)
+		return nil, "", fmt.Errorf("admin.overrides_file: %w", err)
 	}
 	var f overridesFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, 0, fmt.Errorf("admin.overrides_file %s is not a valid overrides file (%v); restore it from a backup, or move it away to start without runtime overrides", m.path, err)
+		return nil, "", fmt.Errorf("admin.overrides_file %s is not a valid overrides file (%v); restore it from a backup, or move it away to start without runtime overrides", m.path, err)
 	}
 	if f.Version != 1 {
-		return nil, 0, fmt.Errorf("admin.overrides_file %s: format version %d; want 1", m.path, f.Version)
+		return nil, "", fmt.Errorf("admin.overrides_file %s: format version %d; want 1", m.path, f.Version)
 	}
 	if f.Overrides == nil {
 		f.Overrides = overrideTable{}
@@ -125,35 +124,28 @@ func (m *memoryOverrides) load(context.Context) (overrideTable, int64, error) {
 	for id, o := range f.Overrides {
 		for policy, rules := range o {
 			if _, err := parseRules(rules); err != nil {
-				return nil, 0, fmt.Errorf("admin.overrides_file %s: identity %q, policy %q: %w", m.path, id, policy, err)
+				return nil, "", fmt.Errorf("admin.overrides_file %s: identity %q, policy %q: %w", m.path, id, policy, err)
 			}
 		}
 	}
-	return f.Overrides, 0, nil
+	return f.Overrides, "", nil
 }
 
-func (m *memoryOverrides) put(_ context.Context, table overrideTable, identity string, o policyOverrides) (int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	next := withIdentity(table, identity, o)
-	if m.path != "" {
-		data, err := json.MarshalIndent(overridesFile{Version: 1, Overrides: next}, "", "  ")
-		if err != nil {
-			return 0, err
-		}
-		if err := writeAtomically(m.path, append(data, '\n')); err != nil {
-			return 0, fmt.Errorf("admin.overrides_file: %w", err)
-		}
+func (m *memoryOverrides) put(_ context.Context, table overrideTable, identity string, o policyOverrides) error {
+	if m.path == "" {
+		return nil
 	}
-	m.ver++
-	return m.ver, nil
+	data, err := json.MarshalIndent(overridesFile{Version: 1, Overrides: withIdentity(table, identity, o)}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomically(m.path, append(data, '\n')); err != nil {
+		return fmt.Errorf("admin.overrides_file: %w", err)
+	}
+	return nil
 }
 
-func (m *memoryOverrides) version(context.Context) (int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.ver, nil
-}
+func (m *memoryOverrides) version(context.Context) (string, error) { return "", nil }
 
 func (m *memoryOverrides) shared() bool { return false }
 
@@ -209,7 +201,7 @@ type redisOverrides struct {
 	client redis.UniversalClient
 }
 
-func (r *redisOverrides) load(ctx context.Context) (overrideTable, int64, error) {
+func (r *redisOverrides) load(ctx context.Context) (overrideTable, string, error) {
 	var ver *redis.StringCmd
 	var all *redis.MapStringStringCmd
 	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -218,63 +210,63 @@ func (r *redisOverrides) load(ctx context.Context) (overrideTable, int64, error)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, fmt.Errorf("reading the overrides from Redis: %w", err)
+		return nil, "", fmt.Errorf("reading the overrides from Redis: %w", err)
 	}
 	v, err := versionOf(ver)
 	if err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
 	table := make(overrideTable, len(all.Val()))
 	for id, raw := range all.Val() {
 		var o policyOverrides
 		if err := json.Unmarshal([]byte(raw), &o); err != nil {
-			return nil, 0, fmt.Errorf("the overrides of %q in Redis (%s) are not valid JSON: %w", id, overridesHashKey, err)
+			return nil, "", fmt.Errorf("the overrides of %q in Redis (%s) are not valid JSON: %w", id, overridesHashKey, err)
 		}
 		table[id] = o
 	}
 	return table, v, nil
 }
 
-func versionOf(cmd *redis.StringCmd) (int64, error) {
+// versionOf reads the version key: missing is "" (no change was ever
+// made, or Redis lost its data: either way, a value unlike any written).
+func versionOf(cmd *redis.StringCmd) (string, error) {
 	s, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
-		return 0, nil
+		return "", nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading the overrides' version from Redis: %w", err)
+		return "", fmt.Errorf("reading the overrides' version from Redis: %w", err)
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("the overrides' version in Redis (%s) is %q, not a number", overridesVersionKey, s)
-	}
-	return v, nil
+	return s, nil
 }
 
-func (r *redisOverrides) put(ctx context.Context, _ overrideTable, identity string, o policyOverrides) (int64, error) {
+// put writes identity's overrides and a new version: random, not a
+// counter, so that a Redis that lost its data and counts again from the
+// start can never repeat the version a gateway last read.
+func (r *redisOverrides) put(ctx context.Context, _ overrideTable, identity string, o policyOverrides) error {
 	var raw []byte
 	if o != nil {
 		var err error
 		if raw, err = json.Marshal(o); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	var incr *redis.IntCmd
 	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if o == nil {
 			p.HDel(ctx, overridesHashKey, identity)
 		} else {
 			p.HSet(ctx, overridesHashKey, identity, raw)
 		}
-		incr = p.Incr(ctx, overridesVersionKey)
+		p.Set(ctx, overridesVersionKey, rand.Text(), 0)
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("writing the overrides to Redis: %w", err)
+		return fmt.Errorf("writing the overrides to Redis: %w", err)
 	}
-	return incr.Val(), nil
+	return nil
 }
 
-func (r *redisOverrides) version(ctx context.Context) (int64, error) {
+func (r *redisOverrides) version(ctx context.Context) (string, error) {
 	return versionOf(r.client.Get(ctx, overridesVersionKey))
 }
 
@@ -291,7 +283,7 @@ type overrideSync struct {
 
 	mu      sync.Mutex // serialises changes and reloads of the table
 	table   overrideTable
-	ver     int64
+	ver     string
 	loaded  bool // a shared backend was read at least once
 	failing bool // the last poll failed (logged once until it recovers)
 
@@ -312,7 +304,7 @@ func (s *overrideSync) start() error {
 	if err != nil {
 		s.log.Warn("sluice: could not read the runtime overrides at start; retrying in the background, static limits apply meanwhile", "store", s.backend.describe(), "err", err)
 		s.failing = true
-		s.apply(overrideTable{}, 0)
+		s.apply(overrideTable{}, "")
 	} else {
 		s.loaded = true
 		s.apply(table, ver)
@@ -379,7 +371,7 @@ func (s *overrideSync) refresh() {
 }
 
 // apply makes table the one in force; s.mu is held (or s not started).
-func (s *overrideSync) apply(table overrideTable, ver int64) {
+func (s *overrideSync) apply(table overrideTable, ver string) {
 	s.table, s.ver = table, ver
 	rules := make(map[string]map[string][]sluice.Rule)
 	for _, id := range slices.Sorted(maps.Keys(table)) {
@@ -418,18 +410,20 @@ func (s *overrideSync) set(ctx context.Context, identity string, o policyOverrid
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before = s.table[identity]
-	ver, err := s.backend.put(ctx, s.table, identity, o)
-	if err != nil {
+	if err := s.backend.put(ctx, s.table, identity, o); err != nil {
 		return before, err
 	}
-	table := withIdentity(s.table, identity, o)
-	if s.backend.shared() && (!s.loaded || ver != s.ver+1) {
-		// Another gateway changed something meanwhile, or the table was
-		// never read: read it all.
+	if s.backend.shared() {
+		// Read it all back: another gateway may have changed something
+		// since the last poll. Should that fail, the change applies here
+		// now and the poll reads the rest.
 		if t, v, err := s.backend.load(ctx); err == nil {
-			table, ver, s.loaded = t, v, true
+			s.loaded = true
+			s.apply(t, v)
+			return before, nil
 		}
+		s.loaded = false
 	}
-	s.apply(table, ver)
+	s.apply(withIdentity(s.table, identity, o), s.ver)
 	return before, nil
 }
