@@ -179,13 +179,15 @@ func (l *Limiter) Usage(ctx context.Context, policyName, identity string) (Usage
 
 // Reset fills every bucket of identity under the named policy: those of
 // its rules now, and those of its static rules (so that deleting a
-// runtime override afterwards finds them full too).
+// runtime override afterwards finds them full too). It fails when the
+// store did not take the refill, even when a failure policy answered for
+// it (resilient's open or local).
 func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error {
 	p, rs, key, err := l.identityKey(policyName, identity)
 	if err != nil {
 		return err
 	}
-	if _, err := l.adjust(ctx, p, key, -sluice.MaxBurst, rs.rules); err != nil {
+	if err := l.refill(ctx, p, key, rs.rules); err != nil {
 		return err
 	}
 	static := &p.authed
@@ -197,7 +199,15 @@ func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error 
 	}
 	var kb keyBuf
 	kb.build(p.Name, static.class, identity)
-	_, err = l.adjust(ctx, p, kb.String(), -sluice.MaxBurst, static.rules)
+	return l.refill(ctx, p, kb.String(), static.rules)
+}
+
+// refill refunds a whole burst, and more, to every bucket of key.
+func (l *Limiter) refill(ctx context.Context, p *policy, key string, rules []sluice.Rule) error {
+	res, err := l.adjust(ctx, p, key, -sluice.MaxBurst, rules)
+	if err == nil && res.DecidedBy.Degraded() {
+		err = fmt.Errorf("httplimit: the store is failing and did not take the reset (decided by %s); retry", res.DecidedBy)
+	}
 	return err
 }
 

@@ -254,6 +254,9 @@ func TestAdminOverrideRedisDown(t *testing.T) {
 	if code, _ := a.call(t, "PUT", "/v1/admin/overrides/acme", `{"policies":{"payments":[{"rate":"1/h","burst":9}]}}`); code != http.StatusServiceUnavailable {
 		t.Errorf("PUT with Redis down: %d, want 503", code)
 	}
+	if code, body := a.call(t, "POST", "/v1/admin/reset/acme", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("reset with Redis down (on_error: open): %d %s, want 503", code, body)
+	}
 	if rs, _ := a.g.overrides.Rules("payments", "acme"); rs[0].Burst != 7 {
 		t.Errorf("a refused PUT changed gateway a's override to %v", rs)
 	}

@@ -390,6 +390,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
+	if old.Admin.OverridesFile != cfg.Admin.OverridesFile {
+		g.log.Warn("sluice: admin.overrides_file changed; it applies at the next restart", "file", g.path)
+	}
 	if old.AccessLog != cfg.AccessLog {
 		g.log.Warn("sluice: the access_log section changed; it applies at the next restart", "file", g.path)
 	}
