@@ -51,6 +51,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// The Redis deployments of these tests give a store call a second
+// (timeout: 1s), not the default 50 ms: on a loaded test machine a call
+// that misses its deadline is decided by the failure policy, and a reset
+// the store did not take is rightly a 503.
+
 // adminGW is one running gateway of a deployment whose files are in dir.
 type adminGW struct {
 	g               *Gateway
@@ -158,7 +163,7 @@ func (gw *adminGW) limit(t *testing.T, key string) int64 {
 func TestAdminOverrideAcrossGateways(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := t.TempDir()
-	path := writeDeployment(t, dir, fmt.Sprintf("store: {type: redis, redis: {url: %q}}\nadmin: {token_file: admin.token}\n", srv.URL())+adminPolicies)
+	path := writeDeployment(t, dir, fmt.Sprintf("store: {type: redis, redis: {url: %q, timeout: 1s}}\nadmin: {token_file: admin.token}\n", srv.URL())+adminPolicies)
 	start := func() []*adminGW {
 		return []*adminGW{startAdminGW(t, path), startAdminGW(t, path), startAdminGW(t, path)}
 	}
@@ -349,6 +354,12 @@ func TestAdminOverridesFile(t *testing.T) {
 	if got := gw.check(t, "payments", "ünïcode/with slash", 0).Limit; got != 40 {
 		t.Errorf("after a restart the unicode identity's limit is %d, want 40", got)
 	}
+	if err := gw.g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := gw.limit(t, "acme"); got != 40 {
+		t.Errorf("after a reload acme's limit is %d, want 40", got)
+	}
 	if code, body := gw.call(t, "DELETE", "/v1/admin/overrides/acme", ""); code != 200 || !strings.Contains(body, `"before":{`) {
 		t.Fatalf("DELETE: %d %s", code, body)
 	}
@@ -460,7 +471,7 @@ func TestAdminResetAndUsage(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			yaml := "admin: {token_file: admin.token}\n" + adminPolicies
 			if store == "redis" {
-				yaml = fmt.Sprintf("store: {type: redis, redis: {url: %q}}\n", srv.URL()) + yaml
+				yaml = fmt.Sprintf("store: {type: redis, redis: {url: %q, timeout: 1s}}\n", srv.URL()) + yaml
 			}
 			gw := startAdminGW(t, writeDeployment(t, t.TempDir(), yaml))
 			id := "user-" + store
@@ -521,5 +532,42 @@ func TestAdminResetAndUsage(t *testing.T) {
 				t.Errorf("reset of an unknown policy: %d, want 400", code)
 			}
 		})
+	}
+}
+
+// TestAdminOverrideOnCluster: on a Redis Cluster the overrides (one hash
+// tag, one slot) are shared the same way, and usage and reset work on
+// keys spread over the masters.
+func TestAdminOverrideOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cluster := redistest.StartCluster(t, 3, 0)
+	addrs, _ := json.Marshal(cluster.Addrs())
+	path := writeDeployment(t, t.TempDir(), fmt.Sprintf("store: {type: redis, redis: {cluster_addrs: %s, timeout: 1s}}\nadmin: {token_file: admin.token}\n", addrs)+adminPolicies)
+	a, b := startAdminGW(t, path), startAdminGW(t, path)
+	if code, body := a.call(t, "PUT", "/v1/admin/overrides/acme", `{"policies":{"payments":[{"rate":"1/h","burst":6}]}}`); code != 200 {
+		t.Fatalf("PUT on a Cluster: %d %s", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.limit(t, "acme") != 6 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second gateway never applied the override")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("user-%d", i)
+		b.check(t, "search", id, 1)
+		code, body := a.call(t, "GET", "/v1/admin/usage/"+id+"?policy=search", "")
+		if code != 200 || !strings.Contains(body, `"remaining":19`) {
+			t.Fatalf("usage of %s on a Cluster: %d %s", id, code, body)
+		}
+		if code, body := a.call(t, "POST", "/v1/admin/reset/"+id, ""); code != 200 {
+			t.Fatalf("reset of %s on a Cluster: %d %s", id, code, body)
+		}
+		if r := b.check(t, "search", id, 0); r.Remaining != 20 {
+			t.Fatalf("%s after a reset on a Cluster: %d remaining, want 20", id, r.Remaining)
+		}
 	}
 }
