@@ -67,13 +67,13 @@ func (g *Gateway) openOverrides(cfg *config.Config) error {
 		backend = &redisOverrides{client: g.redisClient}
 	}
 	g.overrides = &httplimit.Overrides{}
-	g.sync = &overrideSync{backend: backend, live: g.overrides, log: g.log, errors: g.adminMetrics.readErrors.Inc}
-	if err := g.sync.start(); err != nil {
+	g.overrideStore = &overrideSync{backend: backend, live: g.overrides, log: g.log, errors: g.adminMetrics.readErrors.Inc}
+	if err := g.overrideStore.start(); err != nil {
 		return fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	closeStore := g.closeStore
 	g.closeStore = func() error {
-		g.sync.close()
+		g.overrideStore.close()
 		return closeStore()
 	}
 	if !cfg.Admin.Enabled() {
@@ -138,7 +138,7 @@ type changeBody struct {
 }
 
 func (g *Gateway) listOverrides(w http.ResponseWriter, r *http.Request) {
-	table := g.sync.all()
+	table := g.overrideStore.all()
 	out := make([]overrideBody, 0, len(table))
 	for _, id := range slices.Sorted(maps.Keys(table)) {
 		out = append(out, overrideBody{Identity: id, Policies: table[id]})
@@ -151,7 +151,7 @@ func (g *Gateway) getOverride(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	o := g.sync.get(id)
+	o := g.overrideStore.get(id)
 	if o == nil {
 		writeError(w, http.StatusNotFound, "no_override", fmt.Sprintf("%q has no runtime override; its limits are the configuration's", id))
 		return
@@ -181,7 +181,7 @@ func (g *Gateway) putOverride(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	before, err := g.sync.set(r.Context(), id, o)
+	before, err := g.overrideStore.set(r.Context(), id, o)
 	if err != nil {
 		g.log.Error("sluice: admin change failed", "op", "set", "identity", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the override was not saved: "+err.Error())
@@ -196,11 +196,11 @@ func (g *Gateway) deleteOverride(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if g.sync.get(id) == nil {
+	if g.overrideStore.get(id) == nil {
 		writeError(w, http.StatusNotFound, "no_override", fmt.Sprintf("%q has no runtime override to delete", id))
 		return
 	}
-	before, err := g.sync.set(r.Context(), id, nil)
+	before, err := g.overrideStore.set(r.Context(), id, nil)
 	if err != nil {
 		g.log.Error("sluice: admin change failed", "op", "delete", "identity", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the override was not deleted: "+err.Error())

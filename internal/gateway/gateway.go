@@ -2,8 +2,9 @@
 // configuration's policies in front of an upstream (the traffic listener),
 // the decision API (POST /v1/check) for services that do not sit behind it,
 // on a listener of its own and optionally behind a bearer token, and the
-// admin listener (/metrics, /healthz, /readyz). Each listener bounds what a
-// client can hold of it (limits.go).
+// admin listener (/metrics, /healthz, /readyz, and the admin API behind
+// a token: admin.go). Each listener bounds what a client can hold of it
+// (limits.go).
 //
 // The configuration is swapped atomically on Reload; a request in flight
 // finishes under the configuration it started with. The store is built
@@ -68,10 +69,10 @@ type Gateway struct {
 	accessLog *accessLog // nil: none (accesslog.go)
 
 	// Runtime overrides and the admin API (admin.go, admin_store.go).
-	redisClient  redis.UniversalClient // nil with the memory store
-	overrides    *httplimit.Overrides
-	sync         *overrideSync
-	adminMetrics *adminMetrics
+	redisClient   redis.UniversalClient // nil with the memory store
+	overrides     *httplimit.Overrides
+	overrideStore *overrideSync
+	adminMetrics  *adminMetrics
 }
 
 // state is what a configuration compiles to.
