@@ -69,6 +69,7 @@ type Config struct {
 	// Allowlist names callers never limited, such as health checkers.
 	Allowlist   Allowlist   `yaml:"allowlist"`
 	DecisionAPI DecisionAPI `yaml:"decision_api"` // POST /v1/check: its listener and token (decisionapi.go)
+	Admin       Admin       `yaml:"admin"`        // the admin API's token and overrides file (admin.go)
 	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
 	AccessLog   AccessLog   `yaml:"access_log"`   // one line per request on the traffic listener (accesslog.go)
 	EnvoyRLS    EnvoyRLS    `yaml:"envoy_rls"`    // Envoy's rate limit service, gRPC (envoyrls.go)

@@ -1,9 +1,6 @@
 package config
 
-import (
-	"os"
-	"strings"
-)
+import "strings"
 
 // DecisionAPI places the decision API (POST /v1/check, and forward auth
 // on /v1/authz). It has a listener of its own and is not served on the
@@ -57,24 +54,5 @@ func (v *validator) decisionAPI() {
 	if d.TokenFile == "" {
 		return
 	}
-	path := v.path(d.TokenFile)
-	data, err := os.ReadFile(path)
-	switch {
-	case err != nil:
-		v.fail("decision_api.token_file", "cannot read the token: %v", err)
-	case len(data) > maxTokenBytes:
-		v.fail("decision_api.token_file", "%s is %d bytes; want one token of at most %d bytes", path, len(data), maxTokenBytes)
-	default:
-		token := strings.TrimSpace(string(data))
-		switch {
-		case token == "":
-			v.fail("decision_api.token_file", "%s is empty; want a token such as the output of: openssl rand -hex 32", path)
-		case len(token) < 16:
-			v.fail("decision_api.token_file", "the token is %d bytes; want at least 16 (openssl rand -hex 32 makes one)", len(token))
-		case strings.ContainsAny(token, " \t\r\n") || !isPrintable(token):
-			v.fail("decision_api.token_file", "the token holds white space or non-printable bytes; want one line of printable ASCII that can follow \"Bearer \"")
-		default:
-			d.token = []byte(token)
-		}
-	}
+	d.token = v.token("decision_api.token_file", d.TokenFile)
 }

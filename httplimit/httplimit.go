@@ -229,6 +229,10 @@ type Options struct {
 
 	// Allowlist names callers that no policy limits (health checkers).
 	Allowlist Allowlist
+
+	// Overrides, when set, are identities' rules that change at runtime;
+	// they win over Policy.Overrides (see overrides.go).
+	Overrides *Overrides
 }
 
 // ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
@@ -272,6 +276,7 @@ type policy struct {
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
 	plans        map[string]*ruleSet
+	rt           runtimeRules // Options.Overrides (overrides.go)
 	counters     *policyCounters
 	key          *keySpec // nil: the identity rules
 }
@@ -341,6 +346,7 @@ func New(opts Options) (*Limiter, error) {
 			l.noteMethod(p.Pattern)
 		}
 		p.counters = l.metrics.forPolicy(p.Name)
+		p.rt.attach(opts.Overrides, l.log)
 		l.byName[p.Name] = p
 	}
 	return l, nil
@@ -430,6 +436,9 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 func (p *policy) rulesFor(c Caller, authenticated bool) *ruleSet {
 	if !authenticated {
 		return &p.anon
+	}
+	if o := p.runtime(c.ID); o != nil {
+		return o
 	}
 	if o, ok := p.overrides[c.ID]; ok {
 		return o

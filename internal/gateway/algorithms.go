@@ -46,6 +46,14 @@ func (a *algorithms) Adjust(ctx context.Context, key string, delta int64, rules 
 	return a.pick(ctx).Adjust(ctx, key, delta, rules)
 }
 
+// Inspect asks the store of the context's algorithm, when it can inspect.
+func (a *algorithms) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
+	if ins, ok := a.pick(ctx).(sluice.Inspector); ok {
+		return ins.Inspect(ctx, key, rules)
+	}
+	return nil, sluice.ErrNotInspectable
+}
+
 func (a *algorithms) Close() error {
 	for _, c := range a.closers {
 		_ = c()

@@ -77,6 +77,9 @@ type checkResponse struct {
 	DecidedBy  string `json:"decided_by"`
 	// ShadowDenied: a shadow policy would have denied; allowed is true.
 	ShadowDenied bool `json:"shadow_denied,omitempty"`
+	// Rules, with cost 0, is the standing on every rule of the key's
+	// rules, read without consuming (admin.go).
+	Rules []ruleUsage `json:"rules,omitempty"`
 }
 
 // serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
@@ -160,7 +163,12 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true, DecidedBy: sluice.ByOpen.String()})
 		return
 	}
+	var rules []ruleUsage
+	if cost == 0 {
+		rules = usageOf(r.Context(), st.limiter, req.Policy, req.Key)
+	}
 	writeJSON(w, http.StatusOK, checkResponse{
+		Rules:        rules,
 		Allowed:      res.Allowed,
 		Policy:       req.Policy,
 		Limit:        res.Limit,

@@ -3,9 +3,9 @@
 // the decision API (POST /v1/check) for services that do not sit behind it
 // and forward auth (/v1/authz, authz.go) for proxies that ask before they
 // forward, on a listener of its own and optionally behind a bearer token,
-// and the
-// admin listener (/metrics, /healthz, /readyz). Each listener bounds what a
-// client can hold of it (limits.go).
+// and the admin listener (/metrics, /healthz, /readyz, and the admin API
+// behind a token: admin.go). Each listener bounds what a client can hold
+// of it (limits.go).
 //
 // The configuration is swapped atomically on Reload; a request in flight
 // finishes under the configuration it started with. The store is built
@@ -71,6 +71,12 @@ type Gateway struct {
 	rejections                    *prometheus.CounterVec
 
 	accessLog *accessLog // nil: none (accesslog.go)
+
+	// Runtime overrides and the admin API (admin.go, admin_store.go).
+	redisClient   redis.UniversalClient // nil with the memory store
+	overrides     *httplimit.Overrides
+	overrideStore *overrideSync
+	adminMetrics  *adminMetrics
 }
 
 // state is what a configuration compiles to.
@@ -103,6 +109,10 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	g.metrics = m
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
+		return nil, err
+	}
+	if err := g.openOverrides(cfg); err != nil {
+		_ = g.closeStore()
 		return nil, err
 	}
 	st, err := g.compile(cfg)
@@ -170,6 +180,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		opts.Scope = clusterScope(cc, raw)
 	}
 	rs := resilient.New(all, opts)
+	g.redisClient = client
 	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
 	g.closeStore = func() error {
 		_ = rs.Close()
@@ -202,6 +213,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
 	opts.StoreContext = withAlgorithm
+	opts.Overrides = g.overrides
 	if g.resilient {
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
 			return onErrorContext(withAlgorithm(ctx, p), p)
@@ -320,6 +332,7 @@ func (g *Gateway) Admin() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
+	mux.Handle("/v1/admin/", g.adminAPI())
 	return mux
 }
 
@@ -388,6 +401,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
+	if old.Admin.OverridesFile != cfg.Admin.OverridesFile {
+		g.log.Warn("sluice: admin.overrides_file changed; it applies at the next restart", "file", g.path)
+	}
 	if old.AccessLog != cfg.AccessLog {
 		g.log.Warn("sluice: the access_log section changed; it applies at the next restart", "file", g.path)
 	}
