@@ -48,8 +48,9 @@
 // Check, by policy name). Each front door only translates: it fills in a
 // subject (the request, or the attributes it was given) and calls
 // Limiter.decide in httplimit.go, which goes policy → caller → key → rules
-// → store → result: the allowlist, the key (Policy.Key, or the identity
-// rules), the rules of the caller's class, the store call with its timeout,
+// → store → result: the allowlist (for callers it verified itself, not
+// the stated identity of a by-name decision), the key (Policy.Key, or the
+// identity rules), the rules of the caller's class, the store call with its timeout,
 // Fallback and OnError, shadow, and the count of every outcome; then the
 // front door turns the verdict into its protocol's answer. A front door
 // that decides anything on its own (keys a caller, picks rules, applies
@@ -516,9 +517,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 // The decision core. Every front door (serve for HTTP; Decide and Check
 // for callers that name the policy) fills in a subject and calls decide,
 // which alone goes policy → caller → key → rules → store → result: the
-// allowlist, the key (Policy.Key or the identity rules), the rules of the
-// caller's class, the store call with its timeout, Fallback and OnError,
-// shadow, and the counting of every outcome. A front door translates its
+// allowlist (HTTP callers only), the key (Policy.Key or the identity
+// rules), the rules of the caller's class, the store call with its
+// timeout, Fallback and OnError, shadow, and the counting of every outcome. A front door translates its
 // protocol into a subject and the verdict back, and decides nothing itself.
 
 // subject is what a front door knows about the caller of one decision.
