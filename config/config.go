@@ -161,6 +161,7 @@ type Policy struct {
 	OnError       string        `yaml:"on_error"` // default: store.on_error
 	Algorithm     string        `yaml:"algorithm"`
 	Overrides     []Override    `yaml:"overrides"`
+	Key           Key           `yaml:"key"` // global, or attributes such as [{header: X-Tenant}] (key.go)
 }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst.

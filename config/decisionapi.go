@@ -5,10 +5,10 @@ import (
 	"strings"
 )
 
-// DecisionAPI places the decision API (POST /v1/check). It has a
-// listener of its own and is not served on the traffic listener unless
-// OnTrafficListener says so: there, anyone who can reach the proxy could
-// read and drain every caller's bucket.
+// DecisionAPI places the decision API (POST /v1/check, and forward auth
+// on /v1/authz). It has a listener of its own and is not served on the
+// traffic listener unless OnTrafficListener says so: there, anyone who can
+// reach the proxy could read and drain every caller's bucket.
 type DecisionAPI struct {
 	// Listen is the decision listener's HOST:PORT; default 127.0.0.1:8070.
 	// "off" opens no decision listener.
@@ -17,8 +17,8 @@ type DecisionAPI struct {
 	// (Authorization: Bearer TOKEN); surrounding white space is trimmed.
 	// Relative to the configuration file. Empty: no token.
 	TokenFile string `yaml:"token_file"`
-	// OnTrafficListener also serves /v1/check on the traffic listener,
-	// where it hides the upstream's own /v1/check. Default false.
+	// OnTrafficListener also serves /v1/check and /v1/authz on the
+	// traffic listener, where they hide the upstream's own. Default false.
 	OnTrafficListener bool `yaml:"on_traffic_listener"`
 
 	token []byte // read from TokenFile by Load

@@ -64,6 +64,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an empty value leaves the default
 	}
+	if nd, ok := v.Addr().Interface().(nodeDecoder); ok {
+		nd.decodeNode(d, n, path)
+		return
+	}
 	if v.Kind() == reflect.Pointer {
 		p := reflect.New(v.Type().Elem())
 		d.decode(n, p.Elem(), path)

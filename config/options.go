@@ -63,6 +63,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			Authenticated: c.keys.rules[at+".authenticated"],
 			MaxDelay:      p.MaxDelay,
 			Shadow:        p.Mode == "shadow",
+			Key:           p.Key.options(),
 		}
 		if p.Algorithm != algo.TokenBucket {
 			hp.Algorithm = p.Algorithm

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/sluicehq/sluice/httplimit"
+
 	"bufio"
 	"bytes"
 	"crypto"
@@ -30,7 +32,7 @@ import (
 // keyMaterial is what Load read from the key files and parsed.
 type keyMaterial struct {
 	proxies   []netip.Prefix
-	apiKeys   map[[32]byte]string // SHA-256 of a key -> identity
+	apiKeys   map[[32]byte]httplimit.Caller // SHA-256 of a key -> the caller it stands for
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
 	rules     map[string][]sluice.Rule // parsed rules by field path
@@ -274,7 +276,7 @@ func (v *validator) apiKeys(field, path string) {
 		v.fail(field, "cannot read the API key list: %v", err)
 		return
 	}
-	keys := make(map[[32]byte]string)
+	keys := make(map[[32]byte]httplimit.Caller)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -291,7 +293,7 @@ func (v *validator) apiKeys(field, path string) {
 		if len(words) == 2 {
 			identity = words[1]
 		}
-		keys[[32]byte(digest)] = identity
+		keys[[32]byte(digest)] = httplimit.Caller{ID: identity}
 	}
 	v.c.keys.apiKeys = keys
 }
@@ -367,6 +369,7 @@ func (v *validator) policies() {
 			v.fail(at+".max_delay", "%v: %s does not pace requests; want max_delay: 0s, or algorithm: token_bucket or leaky_bucket", p.MaxDelay, p.Algorithm)
 		}
 		v.logBounds(at, p)
+		v.key(at, p)
 		seen := make(map[string]int)
 		for j, o := range p.Overrides {
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)

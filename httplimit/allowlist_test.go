@@ -23,9 +23,9 @@ func TestAllowlist(t *testing.T) {
 		Policies:       []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: rule(0.001, 1), Authenticated: rule(0.001, 1)}},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.9.9.9/32")},
 		ForwardedFrom:  FromXForwardedFor,
-		Authenticators: []Authenticator{APIKeys("X-API-Key", map[[32]byte]string{
-			sha256.Sum256([]byte("monitor-key")): "monitor",
-			sha256.Sum256([]byte("user-key")):    "user",
+		Authenticators: []Authenticator{APIKeys("X-API-Key", map[[32]byte]Caller{
+			sha256.Sum256([]byte("monitor-key")): {ID: "monitor"},
+			sha256.Sum256([]byte("user-key")):    {ID: "user"},
 		})},
 		Allowlist: Allowlist{
 			CIDRs:      []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8::1/128")},

@@ -32,9 +32,9 @@ func (rd *recordDecisions) last() Decision {
 // TestDecisionRecorded: the Decision in a request's context says what the
 // limiter did, for each kind of outcome, and names no credential.
 func TestDecisionRecorded(t *testing.T) {
-	byHeader := func(r *http.Request) (string, bool) {
+	byHeader := func(r *http.Request) (Caller, bool) {
 		id := r.Header.Get("X-User")
-		return id, id != ""
+		return Caller{ID: id}, id != ""
 	}
 	rd := &recordDecisions{}
 	e := newEnv(t, Options{

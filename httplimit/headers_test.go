@@ -314,7 +314,9 @@ func TestPolicyStable(t *testing.T) {
 	multi := []sluice.Rule{{Rate: 10, Burst: 2}, {Rate: 0.5, Burst: 15}}
 	vip := []sluice.Rule{{Rate: 100, Burst: 3}, {Rate: 1000.0 / 3600, Burst: 1000}}
 	e := newEnv(t, Options{Policies: []Policy{{Name: "multi", Pattern: "/", Cost: 1, Anonymous: multi, Authenticated: rule(5, 5), Overrides: []Override{{Identity: "vip", Rules: vip}}}},
-		Authenticators: []Authenticator{func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" }}}, nil)
+		Authenticators: []Authenticator{func(r *http.Request) (Caller, bool) {
+			return Caller{ID: r.Header.Get("X-User")}, r.Header.Get("X-User") != ""
+		}}}, nil)
 	want := `"multi";q=10;w=1;sluice-burst=2, "multi-1";q=15;w=30`
 	reported := map[string]int{}
 	statuses := map[int]int{}

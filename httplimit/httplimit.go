@@ -12,8 +12,11 @@
 // keyed by an identity that an Authenticator verified or that the
 // application put in the request context with WithIdentity. A credential
 // that does not verify is ignored, so it never buys more than the anonymous
-// limit. Keys are the SHA-256 of policy, class and identity, so no two
-// policies share a bucket and no caller-chosen string reaches the store.
+// limit. Policy.Key keys by request attributes instead (a header, a path
+// wildcard, a verified claim, the client address) or by one bucket for
+// all. Keys are the SHA-256 of policy, class and identity (or attributes),
+// so no two policies share a bucket and no caller-chosen string reaches
+// the store.
 //
 // Every response of an enforced policy carries the rate limit headers
 // (RateLimit-Limit/Remaining/Reset and the draft's RateLimit-Policy and
@@ -35,6 +38,22 @@
 // When the store fails, Options.Fallback may decide instead (a local
 // bucket, say); otherwise the policy's OnError applies: FailOpen serves the
 // request (and counts and logs it), FailClosed answers 503.
+//
+// # One decision core
+//
+// This package is sluice's decision core, and every front door goes
+// through it: the middleware (Handler), the gateway's reverse proxy and its
+// forward-auth endpoint /v1/authz (both run Handler), the decision API
+// POST /v1/check and Envoy's gRPC rate limit service (both call Decide or
+// Check, by policy name). Each front door only translates: it fills in a
+// subject (the request, or the attributes it was given) and calls
+// Limiter.decide in httplimit.go, which goes policy → caller → key → rules
+// → store → result: the allowlist, the key (Policy.Key, or the identity
+// rules), the rules of the caller's class, the store call with its timeout,
+// Fallback and OnError, shadow, and the count of every outcome; then the
+// front door turns the verdict into its protocol's answer. A front door
+// that decides anything on its own (keys a caller, picks rules, applies
+// on_error or shadow) is a bug.
 //
 // The path of an allowed request through the middleware allocates little:
 // see BenchmarkMiddleware.
@@ -78,9 +97,9 @@ type Policy struct {
 	// Name identifies the policy in headers, metrics, logs and keys.
 	Name string
 
-	// Pattern is a net/http ServeMux pattern: [METHOD ][HOST]/PATH.
-	// Empty: no request matches it; the policy is reached only by name,
-	// through Check.
+	// Pattern is a net/http ServeMux pattern: [METHOD ][HOST]/PATH. Empty,
+	// the policy matches no request and is reached by name only (Decide,
+	// Check), as Envoy's descriptors are.
 	Pattern string
 
 	// Cost is the number of tokens one request takes (0 only inspects,
@@ -114,6 +133,11 @@ type Policy struct {
 
 	// Local marks the policy for Options.Fallback (on_error: local).
 	Local bool
+
+	// Key, when set, keys the policy's buckets by request attributes (a
+	// header, a path wildcard, a verified claim, the client address) or
+	// by one bucket for all, in place of the identity rules: see Key.
+	Key Key
 
 	// Algorithm names the policy's algorithm (see package algo) for a
 	// Store that serves several: the gateway's store reads it from the
@@ -240,6 +264,7 @@ type policy struct {
 	anon, authed ruleSet
 	overrides    map[string]*ruleSet
 	counters     *policyCounters
+	key          *keySpec // nil: the identity rules
 }
 
 // ruleSet is the rules one class of caller is checked against, with the
@@ -293,10 +318,13 @@ func New(opts Options) (*Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.key, err = compileKey(&p.Policy); err != nil {
+			return nil, err
+		}
 		if _, dup := l.byName[p.Name]; dup {
 			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
 		}
-		if p.Pattern != "" { // without one, the policy is reached only by name (Check)
+		if p.Pattern != "" { // without one, the policy is reached by name only
 			if err := register(l.mux, matchPattern(p.Pattern, l.paths.CaseInsensitive), p); err != nil {
 				return nil, err
 			}
@@ -422,94 +450,290 @@ func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
 	if err != nil {
 		return "", false
 	}
-	if p := l.match(nr); p != nil {
+	if p, _ := l.match(nr); p != nil {
 		return p.Name, true
 	}
 	return "", false
 }
 
+// serve is the HTTP front door (the middleware, the gateway's proxy and
+// its forward auth): it matches r, names its caller, and acts on what the
+// decision core decided.
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	p := l.match(r)
+	p, path := l.match(r)
 	rec := decisionFrom(r.Context())
 	rec.matched(r, p)
 	if p == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
-	var kb keyBuf
-	id, authenticated := l.identify(r)
-	if l.allowlisted(r, id, authenticated) {
-		if rec != nil {
-			rec.Outcome = "allowlisted"
-		}
+	caller, authenticated := l.identify(r)
+	s := subject{caller: caller, authenticated: authenticated, r: r, path: path, cost: p.Cost, holds: true, rec: rec}
+	v := l.decide(r.Context(), p, &s)
+	switch v.act {
+	case actPass:
 		next.ServeHTTP(w, r)
-		return
-	}
-	var rs *ruleSet
-	if authenticated {
-		rs = p.rulesFor(id, true)
-		kb.build(p.Name, rs.class, id)
-	} else {
-		rs = &p.anon
-		kb.buildAddr(p.Name, rs.class, l.clientAddr(r))
-	}
-	rec.caller(rs.class, id)
-	req := sluice.Request{Key: kb.String(), Cost: p.Cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
-	if p.Shadow {
-		req.MaxDelay = 0 // a shadow policy never holds a request either
-	}
-	ctx := r.Context()
-	res, err := l.check(ctx, p, req)
-	decided := monoNow()
-	if err != nil {
-		if !l.storeFailed(w, p, err) {
-			rec.decided(outcomeFailedClosed, nil)
+	case actDeny:
+		l.deny(w, r, p, v.rs, v.res, v.at)
+	case actFailClosed:
+		writeJSONError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the rate limiter cannot decide right now; retry shortly", 1)
+	case actInvalid:
+		writeJSONError(w, http.StatusInternalServerError, "rate_limiter_error", "the rate limiter cannot decide this request", 0)
+	case actServe:
+		if v.res.Delay > 0 && !l.hold(r.Context(), p, &s, &v) {
 			return
 		}
-		p.counters.inc(outcomeFailedOpen)
-		rec.decided(outcomeFailedOpen, nil)
-		next.ServeHTTP(w, r)
-		return
+		l.serveAllowed(w, r, next, p, v.rs, v.req.Key, v.res, v.at)
 	}
-	if !res.Allowed {
-		if p.Shadow {
-			p.counters.inc(outcomeShadowDenied)
-			rec.decided(outcomeShadowDenied, &res)
-			if l.shadowLog.allow() {
-				l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		p.counters.inc(outcomeOf(res))
-		rec.decided(outcomeOf(res), &res)
-		l.deny(w, r, p, rs, res, decided)
-		return
-	}
-	if res.Delay > 0 {
-		if !l.wait(ctx, res.Delay) {
-			// The client went away while held: give its tokens back.
-			_, _ = l.adjust(context.WithoutCancel(ctx), p, req.Key, -req.Cost, req.Rules)
-			p.counters.inc(outcomeCancelled)
-			rec.decided(outcomeCancelled, &res)
-			return
-		}
-	}
-	p.counters.inc(outcomeOf(res))
-	rec.decided(outcomeOf(res), &res)
-	l.serveAllowed(w, r, next, p, rs, req.Key, res, decided)
 }
 
-// match returns the policy of r, a request in normal form, or nil. When
+// The decision core. Every front door (serve for HTTP; Decide and Check
+// for callers that name the policy) fills in a subject and calls decide,
+// which alone goes policy → caller → key → rules → store → result: the
+// allowlist, the key (Policy.Key or the identity rules), the rules of the
+// caller's class, the store call with its timeout, Fallback and OnError,
+// shadow, and the counting of every outcome. A front door translates its
+// protocol into a subject and the verdict back, and decides nothing itself.
+
+// subject is what a front door knows about the caller of one decision.
+type subject struct {
+	caller        Caller
+	authenticated bool
+
+	// r is the request (nil for a by-name decision) and path the escaped
+	// path its policy's pattern matched.
+	r    *http.Request
+	path string
+
+	// ip is the client's address of a by-name decision (zero: unknown);
+	// addr is the client's address grouped by the IPv6 prefix, once a key
+	// asked for it (hasAddr).
+	ip      netip.Addr
+	addr    netip.Addr
+	hasAddr bool
+
+	// values are the key attributes of a by-name decision, by name
+	// ("header:X-Tenant", "path:tenant", "claim:org").
+	values map[string]string
+
+	cost int64
+
+	// holds: the front door holds a delayed request itself and calls
+	// hold, which counts it; otherwise decide counts it as delayed.
+	holds bool
+
+	rec *Decision // the access log's record, or nil
+}
+
+// clientAddr returns the subject's client address, grouped by the IPv6
+// prefix, reading it from the request the first time; false when unknown.
+func (s *subject) clientAddr(l *Limiter) (netip.Addr, bool) {
+	if !s.hasAddr {
+		if s.r != nil {
+			s.addr = l.clientAddr(s.r)
+		} else {
+			s.addr = l.group(s.ip)
+		}
+		s.hasAddr = true
+	}
+	return s.addr, s.hasAddr && s.addr.IsValid()
+}
+
+// act is what a front door does with a verdict.
+type act uint8
+
+const (
+	actServe      act = iota // allowed (or delayed: hold first): serve, with the rate limit headers
+	actPass                  // serve without asking further: allowlisted, shadow denial, failed open
+	actDeny                  // denied: 429, or OVER_LIMIT
+	actFailClosed            // the store failed and the policy fails closed: 503
+	actInvalid               // the input cannot be decided (err says why): 400
+)
+
+// verdict is the decision core's answer.
+type verdict struct {
+	act     act
+	outcome outcome // what was counted; numOutcomes when nothing was
+	res     sluice.Result
+	rs      *ruleSet
+	req     sluice.Request // what the store was asked
+	at      moment         // when it was decided: Retry-After counts from here
+	err     error          // actFailClosed: the store's error; actInvalid: the input's
+}
+
+// decide is the decision core: see above.
+func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
+	v := verdict{outcome: numOutcomes}
+	// Only a caller that the limiter verified itself is allowlisted: the
+	// identity or address of a by-name decision is stated, not verified.
+	if s.r != nil && l.allowlisted(s.r, s.caller.ID, s.authenticated) {
+		if s.rec != nil {
+			s.rec.Outcome = "allowlisted"
+		}
+		v.act, v.res = actPass, sluice.Result{Allowed: true}
+		return v
+	}
+	v.rs = p.rulesFor(s.caller.ID, s.authenticated)
+	s.rec.caller(v.rs.class, s.caller.ID)
+	var kb keyBuf
+	if err := l.buildKey(&kb, p, v.rs, s); err != nil {
+		v.act, v.err = actInvalid, err
+		return v
+	}
+	v.req = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.rs.rules, MaxDelay: p.MaxDelay}
+	if p.Shadow {
+		v.req.MaxDelay = 0 // a shadow policy never holds a request either
+	}
+	res, err := l.check(ctx, p, v.req)
+	v.at = monoNow()
+	v.res = res
+	switch {
+	case err != nil && isInputError(err):
+		v.act, v.err = actInvalid, err
+		return v
+	case err != nil && p.OnError == FailClosed:
+		l.logStoreError(p, err, "closed")
+		v.act, v.err, v.outcome = actFailClosed, err, outcomeFailedClosed
+		v.res = sluice.Result{}
+	case err != nil:
+		l.logStoreError(p, err, "open")
+		v.act, v.outcome = actPass, outcomeFailedOpen
+		v.res = sluice.Result{Allowed: true, DecidedBy: sluice.ByOpen}
+	case !res.Allowed && p.Shadow:
+		v.act, v.outcome = actPass, outcomeShadowDenied
+		if l.shadowLog.allow() {
+			l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
+		}
+	case !res.Allowed:
+		v.act, v.outcome = actDeny, outcomeOf(res)
+	default:
+		v.act, v.outcome = actServe, outcomeOf(res)
+		if res.Delay > 0 && s.holds {
+			return v // counted by hold
+		}
+	}
+	l.count(p, s, &v)
+	return v
+}
+
+// count counts the verdict's outcome and records it for the access log.
+func (l *Limiter) count(p *policy, s *subject, v *verdict) {
+	p.counters.inc(v.outcome)
+	res := &v.res
+	if v.outcome == outcomeFailedOpen || v.outcome == outcomeFailedClosed {
+		res = nil
+	}
+	s.rec.decided(v.outcome, res)
+}
+
+// hold waits the delay of an allowed verdict, counts it, and reports
+// whether to serve: a caller that goes away while held gets its tokens
+// back.
+func (l *Limiter) hold(ctx context.Context, p *policy, s *subject, v *verdict) bool {
+	if !l.wait(ctx, v.res.Delay) {
+		_, _ = l.adjust(context.WithoutCancel(ctx), p, v.req.Key, -v.req.Cost, v.req.Rules)
+		v.outcome = outcomeCancelled
+		l.count(p, s, v)
+		return false
+	}
+	l.count(p, s, v)
+	return true
+}
+
+// Attributes describe the caller of a decision that names its policy
+// (Decide), as a front door without an HTTP request knows it.
+type Attributes struct {
+	// Identity is the caller's verified identity (overrides apply, and
+	// its buckets are those of its requests through the middleware), or
+	// empty for an anonymous caller.
+	Identity string
+
+	// ClientIP is the client's address, when known: the key of an
+	// anonymous caller, and of {client_ip: true}. IPv6 addresses are
+	// grouped by Options.IPv6Prefix.
+	ClientIP netip.Addr
+
+	// Values are the attributes a policy's Key reads, by the name Key
+	// gives them: "header:X-Tenant", "path:tenant", "claim:org".
+	Values map[string]string
+}
+
+// Verdict is what the decision core decided for Decide.
+type Verdict struct {
+	sluice.Result
+
+	// Outcome is the decision as sluice_decisions_total counts it
+	// (allowed, denied, delayed, shadow_denied, local_allowed,
+	// failed_open, …). A shadow denial and a failed-open decision are
+	// allowed.
+	Outcome string
+}
+
+// Decide decides cost tokens under the named policy for the caller that a
+// decides: the by-name front door of the decision core, for the gateway's
+// decision API and Envoy's rate limit service. It goes through the same
+// steps as a request through Handler: the key, the rules of the caller's
+// class, the store with its Fallback and OnError, shadow; not the
+// allowlist, which holds only for callers the limiter verified itself. A
+// policy with MaxDelay reserves, and Result.Delay says how long the caller
+// should wait. The error is ErrUnknownPolicy, an input error
+// (sluice.ErrInvalid, sluice.ErrCostExceedsBurst), or, for a policy that
+// fails closed, the store's; a policy that fails open answers allowed, with
+// Result.DecidedBy sluice.ByOpen.
+func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, cost int64) (Verdict, error) {
+	p, ok := l.byName[policyName]
+	if !ok {
+		return Verdict{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+	}
+	if err := p.checkValues(a.Values); err != nil {
+		return Verdict{}, err
+	}
+	s := subject{caller: Caller{ID: a.Identity}, authenticated: a.Identity != "", values: a.Values, cost: cost}
+	if a.ClientIP.IsValid() {
+		s.ip = a.ClientIP.Unmap().WithZone("")
+	}
+	v := l.decide(ctx, p, &s)
+	out := Verdict{Result: v.res}
+	if v.outcome < numOutcomes {
+		out.Outcome = outcomeNames[v.outcome]
+	}
+	switch v.act {
+	case actInvalid:
+		return out, v.err
+	case actFailClosed:
+		return out, fmt.Errorf("httplimit: policy %q fails closed: %w", p.Name, v.err)
+	case actPass:
+		out.Allowed = true
+	}
+	return out, nil
+}
+
+// Check decides cost tokens for key under the named policy: Decide for a
+// caller whose verified identity is key (overrides apply), sharing its
+// buckets with that identity's requests through the middleware. Envoy's
+// rate limit service and the gateway's decision API call it.
+func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64) (sluice.Result, error) {
+	if key == "" {
+		if _, ok := l.byName[policyName]; !ok {
+			return sluice.Result{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+		}
+		return sluice.Result{}, fmt.Errorf("%w: empty key", sluice.ErrInvalid)
+	}
+	v, err := l.Decide(ctx, policyName, Attributes{Identity: key}, cost)
+	return v.Result, err
+}
+
+// match returns the policy of r, a request in normal form, or nil, and the
+// escaped path its pattern matched (for the wildcards a Key reads). When
 // matching ignores case, the path is matched in lowercase, as the patterns
 // were registered. A path with a trailing slash that only a subtree
 // pattern's descendants match (such as "/" for /products/1/) is matched
 // without the slash when that names an exact pattern (/products/{id}):
 // routers such as Express serve both spellings from one route; a router that
 // serves them apart is merely limited the stricter way.
-func (l *Limiter) match(r *http.Request) *policy {
+func (l *Limiter) match(r *http.Request) (*policy, string) {
 	if !l.anyMethod && !l.methods[r.Method] {
-		return nil
+		return nil, ""
 	}
 	path := r.URL.EscapedPath() // the spelling that is passed on
 	mr := r
@@ -521,10 +745,10 @@ func (l *Limiter) match(r *http.Request) *policy {
 	if (p == nil || descendant(pattern, path)) && len(path) > 1 && path[len(path)-1] == '/' {
 		bare := path[:len(path)-1]
 		if q, qp := l.lookup(withPath(r, bare), bare); q != nil && !subtree(qp) {
-			return q
+			return q, bare
 		}
 	}
-	return p
+	return p, path
 }
 
 // lookup asks the ServeMux for the policy of r, whose path is path. The one
@@ -603,18 +827,6 @@ func isInputError(err error) bool {
 	return errors.Is(err, sluice.ErrInvalid) || errors.Is(err, sluice.ErrCostExceedsBurst)
 }
 
-// storeFailed handles a failed check and reports whether to serve anyway.
-func (l *Limiter) storeFailed(w http.ResponseWriter, p *policy, err error) bool {
-	if p.OnError == FailClosed {
-		l.logStoreError(p, err, "closed")
-		p.counters.inc(outcomeFailedClosed)
-		writeJSONError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the rate limiter cannot decide right now; retry shortly", 1)
-		return false
-	}
-	l.logStoreError(p, err, "open")
-	return true
-}
-
 func (l *Limiter) logStoreError(p *policy, err error, action string) {
 	if l.errLog.allow() {
 		l.log.Warn("sluice: store failed", "policy", p.Name, "on_error", action, "err", err, "suppressed", l.errLog.suppressed())
@@ -631,31 +843,6 @@ func wait(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// Check decides cost tokens for key under the named policy, as the gateway's
-// decision API does for services that do not sit behind it. The key is an
-// authenticated identity (overrides apply) and shares its buckets with
-// requests of that identity through the middleware. A policy with MaxDelay
-// reserves, and Result.Delay says how long the caller should wait.
-func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64) (sluice.Result, error) {
-	p, ok := l.byName[policyName]
-	if !ok {
-		return sluice.Result{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
-	}
-	if key == "" {
-		return sluice.Result{}, fmt.Errorf("%w: empty key", sluice.ErrInvalid)
-	}
-	rs := p.rulesFor(key, true)
-	var kb keyBuf
-	kb.build(p.Name, rs.class, key)
-	req := sluice.Request{Key: kb.String(), Cost: cost, Rules: rs.rules, MaxDelay: p.MaxDelay}
-	res, err := l.check(ctx, p, req)
-	if err != nil {
-		return res, err
-	}
-	p.counters.inc(outcomeOf(res))
-	return res, nil
 }
 
 // FailsClosed reports whether the named policy answers 503 when its store

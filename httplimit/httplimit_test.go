@@ -307,9 +307,9 @@ func TestIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := map[[32]byte]string{
-		sha256.Sum256([]byte("key-alice")): "alice",
-		sha256.Sum256([]byte("key-acme")):  "tenant-acme",
+	keys := map[[32]byte]Caller{
+		sha256.Sum256([]byte("key-alice")): {ID: "alice"},
+		sha256.Sum256([]byte("key-acme")):  {ID: "tenant-acme"},
 	}
 	pol := []Policy{{
 		Name: "api", Pattern: "/", Cost: 1,
@@ -614,8 +614,8 @@ func TestJWTPublicKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := &http.Request{Header: http.Header{"Authorization": {"Bearer " + tok}}}
-			if id, ok := auth(r); !ok || id != "carol" {
-				t.Fatalf("valid token: %q %v", id, ok)
+			if c, ok := auth(r); !ok || c.ID != "carol" || c.Claims["sub"] != "carol" {
+				t.Fatalf("valid token: %q %v", c.ID, ok)
 			}
 			r.Header.Set("Authorization", "Bearer "+tok[:len(tok)-4]+"AAAA")
 			if _, ok := auth(r); ok {

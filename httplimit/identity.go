@@ -10,58 +10,90 @@ import (
 	"strings"
 )
 
-// Authenticator verifies the credential a request carries and returns the
-// caller's identity, or ok false when there is none or it does not verify.
-// It must not trust anything it cannot check.
-type Authenticator func(r *http.Request) (identity string, ok bool)
+// Caller is what an Authenticator verified about the caller of a request.
+// Everything in it comes from a credential that was checked, never from a
+// header the client could write.
+type Caller struct {
+	// ID is the caller's identity: its buckets are keyed by it.
+	ID string
 
-type identityKey struct{}
+	// Plan is the plan the credential names, or "" when it names none.
+	Plan string
+
+	// Claims are the claims of a verified token (nil for other
+	// credentials), for policies that key by a claim.
+	Claims map[string]any
+}
+
+// Authenticator verifies the credential a request carries and returns the
+// caller, or ok false when there is none or it does not verify. It must
+// not trust anything it cannot check.
+type Authenticator func(r *http.Request) (c Caller, ok bool)
+
+type callerKey struct{}
 
 // WithIdentity returns a context in which the caller is the authenticated
 // identity id. Put it on the request in your own authentication middleware,
 // in front of the limiter, once you have verified the caller.
 func WithIdentity(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, identityKey{}, id)
+	return WithCaller(ctx, Caller{ID: id})
 }
 
-// IdentityFrom returns the identity WithIdentity put in ctx.
+// WithCaller is WithIdentity for a caller whose plan or claims you
+// verified too.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// IdentityFrom returns the identity WithIdentity or WithCaller put in ctx.
 func IdentityFrom(ctx context.Context) (string, bool) {
-	id, ok := ctx.Value(identityKey{}).(string)
-	return id, ok && id != ""
+	c, ok := CallerFrom(ctx)
+	return c.ID, ok
+}
+
+// CallerFrom returns the caller WithIdentity or WithCaller put in ctx.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok && c.ID != ""
 }
 
 // identify returns the caller's verified identity, if any.
-func (l *Limiter) identify(r *http.Request) (string, bool) {
-	if id, ok := IdentityFrom(r.Context()); ok {
-		return id, true
+func (l *Limiter) identify(r *http.Request) (Caller, bool) {
+	if c, ok := CallerFrom(r.Context()); ok {
+		return c, true
 	}
 	for _, a := range l.auth {
-		if id, ok := a(r); ok && id != "" {
-			return id, true
+		if c, ok := a(r); ok && c.ID != "" {
+			return c, true
 		}
 	}
-	return "", false
+	return Caller{}, false
 }
 
 // APIKeys returns an Authenticator that reads a key from header and looks
-// its SHA-256 up in keys, which maps digests to identities. Only digests are
+// its SHA-256 up in keys, which maps digests to callers. Only digests are
 // kept, so the list of keys is no secret.
-func APIKeys(header string, keys map[[32]byte]string) Authenticator {
+func APIKeys(header string, keys map[[32]byte]Caller) Authenticator {
 	header = http.CanonicalHeaderKey(header)
-	return func(r *http.Request) (string, bool) {
+	return func(r *http.Request) (Caller, bool) {
 		v := r.Header[header]
 		if len(v) != 1 || v[0] == "" {
-			return "", false
+			return Caller{}, false
 		}
 		sum := sha256.Sum256([]byte(v[0]))
-		id, ok := keys[sum]
-		return id, ok
+		c, ok := keys[sum]
+		return c, ok
 	}
 }
 
 // clientAddr is ClientIP grouped by the limiter's IPv6 prefix.
 func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
-	a := clientIP(r, l.proxies, l.forwarded)
+	return l.group(clientIP(r, l.proxies, l.forwarded))
+}
+
+// group returns the first address of a's IPv6 prefix; IPv4 addresses stand
+// alone.
+func (l *Limiter) group(a netip.Addr) netip.Addr {
 	if a.Is6() && l.ipv6Bits < 128 {
 		if p, err := a.Prefix(l.ipv6Bits); err == nil {
 			return p.Addr()
@@ -237,7 +269,7 @@ const keyLen = 22
 // keyBuf builds the store key of (policy, class, identity) without
 // allocating until the final string.
 type keyBuf struct {
-	scratch [128]byte
+	scratch [256]byte
 	out     [keyLen]byte
 }
 

@@ -48,7 +48,7 @@ const maxClockSkew = time.Minute
 // JWT returns an Authenticator that verifies a JSON Web Token (signature,
 // exp and nbf when present, exp always with RequireExp, the age with
 // MaxAge, and the issuer and audience asked for) and names the caller by
-// its subject. Only the algorithms of the configured
+// its subject; Caller.Claims holds the token's claims. Only the algorithms of the configured
 // key are accepted, so a token cannot pick "none" or HS256-with-the-public-key.
 func JWT(opts JWTOptions) (Authenticator, error) {
 	header := http.CanonicalHeaderKey(opts.Header)
@@ -90,27 +90,34 @@ func JWT(opts JWTOptions) (Authenticator, error) {
 	}
 	parser := jwt.NewParser(popts...)
 	keyFunc := func(*jwt.Token) (any, error) { return key, nil }
-	return func(r *http.Request) (string, bool) {
+	return func(r *http.Request) (Caller, bool) {
 		v := r.Header[header]
 		if len(v) != 1 {
-			return "", false
+			return Caller{}, false
 		}
 		raw := strings.TrimSpace(v[0])
 		if len(raw) > 7 && strings.EqualFold(raw[:7], "bearer ") {
 			raw = strings.TrimSpace(raw[7:])
 		}
 		if raw == "" || strings.Count(raw, ".") != 2 {
-			return "", false
+			return Caller{}, false
 		}
-		var claims jwt.RegisteredClaims
-		tok, err := parser.ParseWithClaims(raw, &claims, keyFunc)
-		if err != nil || !tok.Valid || claims.Subject == "" {
-			return "", false
+		claims := jwt.MapClaims{}
+		tok, err := parser.ParseWithClaims(raw, claims, keyFunc)
+		if err != nil || !tok.Valid {
+			return Caller{}, false
 		}
-		if opts.MaxAge > 0 && !youngEnough(claims.IssuedAt, opts.MaxAge, time.Now()) {
-			return "", false
+		sub, err := claims.GetSubject()
+		if err != nil || sub == "" {
+			return Caller{}, false
 		}
-		return claims.Subject, true
+		if opts.MaxAge > 0 {
+			iat, err := claims.GetIssuedAt()
+			if err != nil || !youngEnough(iat, opts.MaxAge, time.Now()) {
+				return Caller{}, false
+			}
+		}
+		return Caller{ID: sub, Claims: claims}, true
 	}, nil
 }
 

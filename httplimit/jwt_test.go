@@ -85,7 +85,7 @@ func TestJWTRequireExpAndMaxAge(t *testing.T) {
 				for _, a := range tc.accept {
 					want = want || a == name
 				}
-				if ok != want || (ok && id != "bob") {
+				if ok != want || (ok && id.ID != "bob") {
 					t.Errorf("token %q: identity %q verified %v, want %v", name, id, ok, want)
 				}
 			}

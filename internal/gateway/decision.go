@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -38,16 +39,29 @@ func (g *Gateway) Decision() http.Handler {
 		g.serveCheck(w, r, g.state.Load())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "the decision listener serves POST /v1/check")
+		writeError(w, http.StatusNotFound, "not_found", "the decision listener serves POST /v1/check and forward auth on /v1/authz")
 	})
-	return g.decisionFlight.guard(mux)
+	// /v1/authz/PATH carries the original path as the client sent it,
+	// which the ServeMux would clean and redirect: it is routed first.
+	return g.decisionFlight.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isAuthz(r.URL.Path) {
+			g.serveAuthz(w, r, g.state.Load(), false)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
 
 type checkRequest struct {
-	Policy string
-	Key    string
-	Cost   *int64
+	Policy     string
+	Key        string
+	Cost       *int64
+	Attributes map[string]string // "attributes": what a policy's key: reads
 }
+
+// maxCheckAttributes bounds the attributes of one check; a key has at most
+// 8 parts.
+const maxCheckAttributes = 16
 
 type checkResponse struct {
 	Allowed      bool   `json:"allowed"`
@@ -61,6 +75,8 @@ type checkResponse struct {
 	// says what decided instead.
 	StoreError bool   `json:"store_error,omitempty"`
 	DecidedBy  string `json:"decided_by"`
+	// ShadowDenied: a shadow policy would have denied; allowed is true.
+	ShadowDenied bool `json:"shadow_denied,omitempty"`
 }
 
 // serveCheck is POST /v1/check: {"policy":"payments","key":"user-1024","cost":1}.
@@ -103,8 +119,8 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 	case req.Policy == "":
 		writeError(w, http.StatusBadRequest, "invalid_request", "policy is missing; want the name of a configured policy")
 		return
-	case req.Key == "":
-		writeError(w, http.StatusBadRequest, "invalid_request", "key is missing; want the caller's identity, such as user-1024")
+	case req.Key == "" && req.Attributes == nil:
+		writeError(w, http.StatusBadRequest, "invalid_request", "key is missing; want the caller's identity, such as user-1024 (or, for a policy with key:, its attributes)")
 		return
 	case len(req.Key) > maxCheckKey:
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("key is longer than %d bytes", maxCheckKey))
@@ -117,7 +133,12 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 	if req.Cost != nil {
 		cost = *req.Cost
 	}
-	res, err := st.limiter.Check(r.Context(), req.Policy, req.Key, cost)
+	attrs, err := checkAttributes(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	res, err := st.limiter.Decide(r.Context(), req.Policy, attrs, cost)
 	switch {
 	case errors.Is(err, httplimit.ErrUnknownPolicy):
 		msg := fmt.Sprintf("no policy is named %q", req.Policy)
@@ -149,7 +170,44 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		DelayMs:      ceilMs(res.Delay),
 		StoreError:   res.DecidedBy.Degraded(),
 		DecidedBy:    res.DecidedBy.String(),
+		ShadowDenied: res.Outcome == "shadow_denied",
 	})
+}
+
+// checkAttributes turns a check into the attributes of a decision: key is
+// the caller's identity, and attributes holds what a policy's key: reads,
+// named as in the configuration ("header:X-Tenant", "path:tenant",
+// "claim:org") and "client_ip" for the client's address.
+func checkAttributes(req checkRequest) (httplimit.Attributes, error) {
+	a := httplimit.Attributes{Identity: req.Key}
+	for name, v := range req.Attributes {
+		if name == "client_ip" {
+			ip, err := netip.ParseAddr(v)
+			if err != nil {
+				return a, fmt.Errorf("attributes.client_ip %q: want an IPv4 or IPv6 address such as 192.0.2.7", truncate(v))
+			}
+			a.ClientIP = ip
+			continue
+		}
+		kind, field, ok := strings.Cut(name, ":")
+		switch {
+		case !ok || field == "" || (kind != "header" && kind != "path" && kind != "claim"):
+			return a, fmt.Errorf("attributes: %q: want names such as header:X-Tenant, path:tenant, claim:org or client_ip", truncate(name))
+		case kind == "header":
+			name = "header:" + http.CanonicalHeaderKey(field)
+		}
+		if a.Values == nil {
+			a.Values = make(map[string]string, len(req.Attributes))
+		}
+		if _, dup := a.Values[name]; dup {
+			return a, fmt.Errorf("attributes: %q is given twice (header names ignore case); give it once", truncate(name))
+		}
+		a.Values[name] = v
+	}
+	if a.Identity == "" && !a.ClientIP.IsValid() && len(a.Values) == 0 {
+		return a, errors.New("key is missing; want the caller's identity, such as user-1024 (or, for a policy with key:, its attributes)")
+	}
+	return a, nil
 }
 
 // bearerMatches reports whether an Authorization header carries token. The
@@ -195,7 +253,7 @@ func parseCheck(body []byte) (checkRequest, error) {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return req, errors.New(`the body is not a JSON object; want {"policy":"payments","key":"user-1024","cost":1}`)
 	}
-	var seen [3]bool
+	var seen [4]bool
 	for dec.More() {
 		start := dec.InputOffset()
 		if _, err := dec.Token(); err != nil {
@@ -213,13 +271,21 @@ func parseCheck(body []byte) (checkRequest, error) {
 			field = 1
 		case "cost":
 			field = 2
+		case "attributes":
+			field = 3
 		default:
-			return req, fmt.Errorf("unknown field %q; want policy, key and cost, spelt exactly so", truncate(name))
+			return req, fmt.Errorf("unknown field %q; want policy, key, cost and attributes, spelt exactly so", truncate(name))
 		}
 		if seen[field] {
 			return req, fmt.Errorf("field %q is given twice; give it once", name)
 		}
 		seen[field] = true
+		if field == 3 {
+			if req.Attributes, err = parseAttributes(dec, body); err != nil {
+				return req, err
+			}
+			continue
+		}
 		start = dec.InputOffset()
 		val, err := dec.Token()
 		if err != nil {
@@ -261,6 +327,53 @@ func parseCheck(body []byte) (checkRequest, error) {
 		return req, errors.New("the body holds more than one JSON value")
 	}
 	return req, nil
+}
+
+// parseAttributes reads the object of "attributes" as strictly as the
+// rest of the body: string values, valid UTF-8, each name once.
+func parseAttributes(dec *json.Decoder, body []byte) (map[string]string, error) {
+	const want = `attributes: want an object of strings such as {"header:X-Tenant":"acme","client_ip":"192.0.2.7"}`
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, syntaxError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New(want)
+	}
+	attrs := make(map[string]string)
+	for dec.More() {
+		start := dec.InputOffset()
+		if _, err := dec.Token(); err != nil {
+			return nil, syntaxError(err)
+		}
+		name, ok := rawString(body[start:dec.InputOffset()])
+		if !ok {
+			return nil, errors.New("attributes: a name is not valid UTF-8 (or holds a lone surrogate escape)")
+		}
+		if _, dup := attrs[name]; dup {
+			return nil, fmt.Errorf("attributes: %q is given twice; give it once", truncate(name))
+		}
+		if len(attrs) == maxCheckAttributes {
+			return nil, fmt.Errorf("attributes: more than %d", maxCheckAttributes)
+		}
+		start = dec.InputOffset()
+		val, err := dec.Token()
+		if err != nil {
+			return nil, syntaxError(err)
+		}
+		if _, ok := val.(string); !ok {
+			return nil, fmt.Errorf("attributes: %q: want a string", truncate(name))
+		}
+		v, ok := rawString(body[start:dec.InputOffset()])
+		if !ok {
+			return nil, fmt.Errorf("attributes: %q is not valid UTF-8 (or holds a lone surrogate escape)", truncate(name))
+		}
+		attrs[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, syntaxError(err)
+	}
+	return attrs, nil
 }
 
 func syntaxError(err error) error {

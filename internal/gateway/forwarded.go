@@ -31,15 +31,7 @@ func forward(pr *httputil.ProxyRequest, trusted []netip.Prefix, from httplimit.F
 		pr.Out.Header.Del(h)
 	}
 	peer, err := netip.ParseAddrPort(pr.In.RemoteAddr)
-	fromTrusted := false
-	if err == nil {
-		for _, p := range trusted {
-			if p.Contains(peer.Addr().Unmap()) {
-				fromTrusted = true
-				break
-			}
-		}
-	}
+	_, fromTrusted := trustedPeer(pr.In.RemoteAddr, trusted)
 	if from != httplimit.FromForwarded {
 		if fromTrusted {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]

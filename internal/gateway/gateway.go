@@ -1,7 +1,9 @@
 // Package gateway is `sluice serve`: the reverse proxy that applies a
 // configuration's policies in front of an upstream (the traffic listener),
-// the decision API (POST /v1/check) for services that do not sit behind it,
-// on a listener of its own and optionally behind a bearer token, and the
+// the decision API (POST /v1/check) for services that do not sit behind it
+// and forward auth (/v1/authz, authz.go) for proxies that ask before they
+// forward, on a listener of its own and optionally behind a bearer token,
+// and the
 // admin listener (/metrics, /healthz, /readyz). Each listener bounds what a
 // client can hold of it (limits.go).
 //
@@ -279,9 +281,10 @@ func noUpstream(w http.ResponseWriter, r *http.Request) {
 }
 
 // ServeHTTP serves the traffic listener: the policies in front of the
-// upstream, within the bounds of the server section. /v1/check is the
-// decision API here only with decision_api.on_traffic_listener; otherwise
-// it goes to the upstream like any other path.
+// upstream, within the bounds of the server section. /v1/check and
+// /v1/authz are the decision API here only with
+// decision_api.on_traffic_listener; otherwise they go to the upstream like
+// any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.accessLog != nil {
 		g.serveLogged(w, r, g.serveTrafficListener)
@@ -299,6 +302,10 @@ func (g *Gateway) serveTrafficListener(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	if r.URL.Path == "/v1/check" && st.cfg.DecisionAPI.OnTrafficListener {
 		g.serveCheck(w, r, st)
+		return
+	}
+	if isAuthz(r.URL.Path) && st.cfg.DecisionAPI.OnTrafficListener {
+		g.serveAuthz(w, r, st, true)
 		return
 	}
 	g.serveTraffic(w, r, st)
