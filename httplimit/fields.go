@@ -14,7 +14,7 @@ import (
 // fields to someone else to send, such as Envoy's response_headers_to_add.
 
 // Fields returns the header fields that a response of the named policy
-// carries for res, a decision of Check for key made elapsed ago, exactly as
+// carries for res, a decision of Check (or Decide) for key made elapsed ago, exactly as
 // the middleware would set them: the rate limit headers of Options.Headers
 // and XRateLimit and, when res denies, Retry-After (with the jitter of
 // Options.RetryAfterJitter). A shadow policy, and a name the Limiter does
@@ -37,8 +37,8 @@ func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time
 }
 
 // Charge takes delta more tokens (or gives back -delta) from key's buckets
-// under the named policy without deciding anything, as Check would key
-// them: for a front door whose protocol counts a refused request too
+// under the named policy without deciding anything, as Check (Decide for
+// the identity key) would key them: for a front door whose protocol counts a refused request too
 // (envoyproxy/ratelimit's fixed window does). A store failure is logged
 // and returned; the charge is then lost.
 func (l *Limiter) Charge(ctx context.Context, policyName, key string, delta int64) error {
@@ -50,8 +50,11 @@ func (l *Limiter) Charge(ctx context.Context, policyName, key string, delta int6
 		return fmt.Errorf("%w: empty key", sluice.ErrInvalid)
 	}
 	rs := p.rulesFor(Caller{ID: key}, true)
+	s := subject{caller: Caller{ID: key}, authenticated: true}
 	var kb keyBuf
-	kb.buildFor(p.Name, rs, key)
+	if err := l.buildKey(&kb, p, rs, &s); err != nil {
+		return err
+	}
 	_, err := l.adjust(ctx, p, kb.String(), delta, rs.rules)
 	return err
 }

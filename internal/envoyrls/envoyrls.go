@@ -6,8 +6,8 @@
 // read by package config) compile to httplimit policies without a pattern,
 // one per rate_limit, added to the gateway's one httplimit.Limiter; a call
 // is translated into (policy, key, cost) per descriptor and decided by
-// Limiter.Check, the decision core every front door goes through (the
-// proxy, the middleware, /v1/check), so that store, algorithms, failure
+// Limiter.Decide, the decision core every front door goes through (the
+// proxy, the middleware, /v1/check, /v1/authz), so that store, algorithms, failure
 // policy (on_error) and headers are the same everywhere. The translation
 // follows envoyproxy/ratelimit exactly: the same matching of descriptors
 // (value, then a wildcard value ending in '*', then the key alone; a limit
@@ -195,7 +195,8 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 	return max(1, int64(req.GetHitsAddend()))
 }
 
-// decide asks the Limiter about d, the one place this front door does.
+// decide asks the Limiter's decision core about d (Decide, by name), the
+// one place this front door does.
 // A refusal of envoyproxy/ratelimit's fixed window is counted too, as
 // its INCRBY counts every hit; a cost beyond the limit is a refusal.
 func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decision) {
@@ -203,10 +204,10 @@ func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decisio
 		d.over = d.cost > 0
 		return
 	}
-	res, err := lim.Check(ctx, d.limit.Policy, d.key, d.cost)
+	v, err := lim.Decide(ctx, d.limit.Policy, httplimit.Attributes{Identity: d.key}, d.cost)
 	switch {
 	case err == nil:
-		d.res, d.over = res, !res.Allowed
+		d.res, d.over = v.Result, !v.Allowed || v.Outcome == "shadow_denied"
 	case errors.Is(err, sluice.ErrCostExceedsBurst):
 		d.over = true
 	case lim.FailsClosed(d.limit.Policy):
