@@ -29,7 +29,10 @@ type rls struct {
 
 // startRLS runs sluice serve on redis with envoy_rls reading the descriptor
 // files given (name → YAML) from a directory of their own, and waits until
-// its gRPC health service reports SERVING.
+// its gRPC health service reports SERVING. The store's deadline is 10 s,
+// envoyproxy/ratelimit's REDIS_TIMEOUT, so that on a busy machine every
+// decision is still Redis's and not the failure policy's (those tests hold
+// decisions, not outages).
 func startRLS(t *testing.T, redis *redistest.Server, files map[string]string) *rls {
 	t.Helper()
 	dir := t.TempDir()
@@ -39,7 +42,7 @@ func startRLS(t *testing.T, redis *redistest.Server, files map[string]string) *r
 		}
 	}
 	addr := freePort(t)
-	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}", redis.URL())
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 10s}", redis.URL())
 	section := fmt.Sprintf("envoy_rls:\n  listen: %s\n  config_dir: %q", addr, dir)
 	g := startGateway(t, upstream(t), store, section)
 	waitGRPCHealthy(t, addr, g)
