@@ -209,7 +209,7 @@ func AdjustBuckets(buckets []Bucket, rules []Rule, now, delta int64) Result {
 // again, when its period ends.
 func report(buckets []Bucket, rules []Rule, now int64, cost float64, allowed bool) Result {
 	best, bestKey, bestReset := 0, int64(math.MaxInt64), int64(-1)
-	var retry, bestResetAfter int64
+	var retry int64
 	for i, r := range rules {
 		reset := resetAfter(buckets[i], r, now)
 		if !allowed {
@@ -222,16 +222,13 @@ func report(buckets []Bucket, rules []Rule, now int64, cost float64, allowed boo
 				}
 			}
 			if w > retry {
-				best, retry, bestResetAfter = i, w, reset
+				best, retry = i, w
 			}
 			continue
 		}
 		if rem := remaining(buckets[i].Tokens); rem < bestKey || (rem == bestKey && reset > bestReset) {
-			best, bestKey, bestReset, bestResetAfter = i, rem, reset, reset
+			best, bestKey, bestReset = i, rem, reset
 		}
-	}
-	if !allowed && retry == 0 {
-		bestResetAfter = resetAfter(buckets[0], rules[0], now)
 	}
 	return Result{
 		Allowed:    allowed,
@@ -239,7 +236,7 @@ func report(buckets []Bucket, rules []Rule, now int64, cost float64, allowed boo
 		Limit:      rules[best].Burst,
 		Remaining:  remaining(buckets[best].Tokens),
 		RetryAfter: time.Duration(retry) * time.Microsecond,
-		ResetAfter: time.Duration(bestResetAfter) * time.Microsecond,
+		ResetAfter: time.Duration(resetAfter(buckets[best], rules[best], now)) * time.Microsecond,
 	}
 }
 

@@ -36,7 +36,9 @@ func NewRule(rate string, burst int64) (Rule, error) {
 
 // Validate reports whether r can be checked: a rate above zero and at most
 // MaxRate, a burst from 1 to MaxBurst, and a refill time (Burst/Rate) of
-// at most MaxRefillTime. The error wraps ErrInvalid.
+// at most MaxRefillTime; for a calendar quota, a known Period, a quota
+// from 1 to MaxBurst and the Rate NewQuota gives it. The error wraps
+// ErrInvalid.
 func (r Rule) Validate() error {
 	if r.Period != Rolling {
 		return r.validateQuota()

@@ -198,7 +198,8 @@ func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64
 	return res
 }
 
-// Len returns the number of keys held.
+// Len returns the number of keys held in the table (not counting the
+// evicted keys with a used quota kept beside it).
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
