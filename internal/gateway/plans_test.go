@@ -245,7 +245,8 @@ func TestPlansDocExample(t *testing.T) {
 			keys.WriteString(line + "\n")
 		}
 	}
-	for name, data := range map[string][]byte{"jwt.secret": secret, "keys.txt": []byte(keys.String())} {
+	const adminToken = "plans-doc-admin-token-0123456789"
+	for name, data := range map[string][]byte{"jwt.secret": secret, "keys.txt": []byte(keys.String()), "admin.token": []byte(adminToken + "\n")} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -293,5 +294,32 @@ func TestPlansDocExample(t *testing.T) {
 		if !strings.Contains(string(doc), "RateLimit-Policy: "+h+"\n") {
 			t.Errorf("docs/plans.md does not show RateLimit-Policy: %s", h)
 		}
+	}
+
+	// The contract changed at runtime, with the doc's own PUT body.
+	_, body, ok := strings.Cut(string(doc), "-d '")
+	body, _, _ = strings.Cut(body, "'")
+	if !ok || !strings.Contains(body, `"api"`) {
+		t.Fatalf("docs/plans.md has no PUT body for bigcorp: %q", body)
+	}
+	admin := httptest.NewServer(g.Admin())
+	defer admin.Close()
+	req, _ := http.NewRequest(http.MethodPut, admin.URL+"/v1/admin/overrides/bigcorp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT of the doc's contract: %s", resp.Status)
+	}
+	const changed = `"api";q=10000;w=2`
+	if _, _, got := pg.burst(1, "Authorization", bearer(pg.token("bigcorp", "enterprise", secret))); got != changed {
+		t.Errorf("bigcorp after the runtime change: RateLimit-Policy %q, want %q", got, changed)
+	}
+	if !strings.Contains(string(doc), changed) {
+		t.Errorf("docs/plans.md does not show %s", changed)
 	}
 }
