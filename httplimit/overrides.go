@@ -156,16 +156,17 @@ type Usage struct {
 	Results []sluice.Result
 }
 
-// Usage reports identity's standing on every rule of the named policy,
-// taking nothing, from the same buckets its requests and Check use. The
+// Usage reports the standing of an authenticated caller (its identity,
+// and its plan when it has one) on every rule of the named policy, taking
+// nothing, from the same buckets its requests and Check use. The
 // error wraps ErrUnknownPolicy, sluice.ErrNotInspectable when the store
 // cannot read without consuming, or is the store's failure.
-func (l *Limiter) Usage(ctx context.Context, policyName, identity string) (Usage, error) {
-	p, rs, key, err := l.identityKey(policyName, identity)
+func (l *Limiter) Usage(ctx context.Context, policyName string, caller Caller) (Usage, error) {
+	p, rs, key, err := l.callerKey(policyName, caller)
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Rules: slices.Clone(rs.rules), Source: p.source(identity, rs)}
+	u := Usage{Rules: slices.Clone(rs.rules), Source: p.source(caller.ID, rs)}
 	ins, ok := l.store.(sluice.Inspector)
 	if !ok {
 		return u, sluice.ErrNotInspectable
@@ -178,17 +179,29 @@ func (l *Limiter) Usage(ctx context.Context, policyName, identity string) (Usage
 }
 
 // Reset fills every bucket of identity under the named policy: those of
-// its rules now, and those of its static rules (so that deleting a
-// runtime override afterwards finds them full too). It fails when the
+// its rules now, those of its static rules (so that deleting a runtime
+// override afterwards finds them full too), and those of every plan of
+// the policy, whichever its credentials name. It fails when the
 // store did not take the refill, even when a failure policy answered for
 // it (resilient's open or local).
 func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error {
-	p, rs, key, err := l.identityKey(policyName, identity)
+	p, rs, key, err := l.callerKey(policyName, Caller{ID: identity})
 	if err != nil {
 		return err
 	}
 	if err := l.refill(ctx, p, key, rs.rules); err != nil {
 		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.plans)) {
+		prs := p.plans[name]
+		if prs == rs {
+			continue
+		}
+		var kb keyBuf
+		kb.buildFor(p.Name, prs, identity)
+		if err := l.refill(ctx, p, kb.String(), prs.rules); err != nil {
+			return err
+		}
 	}
 	static := &p.authed
 	if o, ok := p.overrides[identity]; ok {
@@ -211,9 +224,10 @@ func (l *Limiter) refill(ctx context.Context, p *policy, key string, rules []slu
 	return err
 }
 
-// identityKey returns the policy, rule set and store key of an
-// authenticated identity, as Check computes them.
-func (l *Limiter) identityKey(policyName, identity string) (*policy, *ruleSet, string, error) {
+// callerKey returns the policy, rule set and store key of an
+// authenticated caller, as its requests compute them.
+func (l *Limiter) callerKey(policyName string, caller Caller) (*policy, *ruleSet, string, error) {
+	identity := caller.ID
 	p, ok := l.byName[policyName]
 	if !ok {
 		return nil, nil, "", fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
@@ -221,7 +235,7 @@ func (l *Limiter) identityKey(policyName, identity string) (*policy, *ruleSet, s
 	if identity == "" {
 		return nil, nil, "", fmt.Errorf("%w: empty identity", sluice.ErrInvalid)
 	}
-	rs := p.rulesFor(Caller{ID: identity}, true)
+	rs := p.rulesFor(caller, true)
 	var kb keyBuf
 	kb.buildFor(p.Name, rs, identity)
 	return p, rs, kb.String(), nil
@@ -233,6 +247,8 @@ func (p *policy) source(identity string, rs *ruleSet) string {
 		return "runtime"
 	case rs == p.overrides[identity]:
 		return "override"
+	case rs.class == 'p':
+		return "plan " + rs.plan
 	}
 	return "authenticated"
 }

@@ -47,7 +47,7 @@ func TestRuntimeOverrideWins(t *testing.T) {
 	if n := drain(t, e.lim, "static-co"); n != 9 {
 		t.Errorf("static-co with a runtime burst of 9 (YAML 4) passed %d", n)
 	}
-	u, err := e.lim.Usage(context.Background(), "api", "acme")
+	u, err := e.lim.Usage(context.Background(), "api", Caller{ID: "acme"})
 	if err != nil || u.Source != "runtime" || len(u.Results) != 1 || u.Results[0].Limit != 7 || u.Results[0].Remaining != 0 {
 		t.Errorf("usage of acme: %+v %v", u, err)
 	}
@@ -60,7 +60,7 @@ func TestRuntimeOverrideWins(t *testing.T) {
 	if n := drain(t, e.lim, "static-co"); n != 0 {
 		t.Errorf("static-co back on its YAML override passed %d after spending everything, want 0", n)
 	}
-	if u, _ := e.lim.Usage(context.Background(), "api", "static-co"); u.Source != "override" {
+	if u, _ := e.lim.Usage(context.Background(), "api", Caller{ID: "static-co"}); u.Source != "override" {
 		t.Errorf("static-co's source is %q, want override", u.Source)
 	}
 }

@@ -273,3 +273,30 @@ func BenchmarkMiddlewarePlan(b *testing.B) {
 		b.Fatalf("RateLimit-Limit %q: the plan did not apply", w.h.Get("RateLimit-Limit"))
 	}
 }
+
+// TestPlanUsageAndReset: usage names the plan whose buckets it reads, and
+// a reset fills the buckets of every plan of the identity, not only those
+// a plan-less check would key.
+func TestPlanUsageAndReset(t *testing.T) {
+	e := newEnv(t, Options{Policies: []Policy{planPolicy(rule(0.001, 3), "")}, Authenticators: []Authenticator{planKeys(planCallers)}}, nil)
+	if e.burstOf("X-API-Key", "k-free") != 5 || e.burstOf("X-API-Key", "k-alice-pro") != 8 {
+		t.Fatal("alice's bursts on free and pro are not 5 and 8")
+	}
+	ctx := context.Background()
+	u, err := e.lim.Usage(ctx, "api", Caller{ID: "alice", Plan: "pro"})
+	if err != nil || u.Source != "plan pro" || len(u.Results) != 1 || u.Results[0].Limit != 8 || u.Results[0].Remaining != 0 {
+		t.Fatalf("usage of alice on pro: %+v %v", u, err)
+	}
+	if err := e.lim.Reset(ctx, "api", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := e.lim.Usage(ctx, "api", Caller{ID: "alice", Plan: "free"}); len(u.Results) != 1 || u.Results[0].Remaining != 5 {
+		t.Errorf("alice's free bucket after the reset: %+v", u)
+	}
+	if got := e.burstOf("X-API-Key", "k-alice-pro"); got != 8 {
+		t.Errorf("alice on pro after the reset: %d passed, want 8", got)
+	}
+	if got := e.burstOf("X-API-Key", "k-free"); got != 5 {
+		t.Errorf("alice on free after the reset: %d passed, want 5", got)
+	}
+}

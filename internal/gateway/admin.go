@@ -286,7 +286,7 @@ func (g *Gateway) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make(map[string]policyUsage, len(names))
 	for _, p := range names {
-		u, err := lim.Usage(r.Context(), p, id)
+		u, err := lim.Usage(r.Context(), p, httplimit.Caller{ID: id, Plan: r.URL.Query().Get("plan")})
 		pu := policyUsage{Source: u.Source}
 		switch {
 		case errors.Is(err, sluice.ErrNotInspectable):
@@ -468,7 +468,7 @@ func delim(dec *json.Decoder, want json.Delim) error {
 // usageOf is the standing on every rule that /v1/check with cost 0 adds to
 // its answer, or nil when the store cannot read it.
 func usageOf(ctx context.Context, lim *httplimit.Limiter, policy, key string) []ruleUsage {
-	u, err := lim.Usage(ctx, policy, key)
+	u, err := lim.Usage(ctx, policy, httplimit.Caller{ID: key})
 	if err != nil {
 		return nil
 	}
