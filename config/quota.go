@@ -107,3 +107,12 @@ func calendarHint(rate string) string {
 	}
 	return ""
 }
+
+// QuotaZone is the loaded quota_time_zone: where calendar quotas' days,
+// weeks and months begin (UTC when unset).
+func (c *Config) QuotaZone() *time.Location {
+	if c.keys.quotaZone == nil {
+		return time.UTC
+	}
+	return c.keys.quotaZone
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +68,13 @@ func (g *Gateway) openOverrides(cfg *config.Config) error {
 		backend = &redisOverrides{client: g.redisClient}
 	}
 	g.overrides = &httplimit.Overrides{}
-	g.overrideStore = &overrideSync{backend: backend, live: g.overrides, log: g.log, errors: g.adminMetrics.readErrors.Inc}
+	g.overrideStore = &overrideSync{backend: backend, live: g.overrides, log: g.log, errors: g.adminMetrics.readErrors.Inc,
+		zone: func() *time.Location {
+			if st := g.state.Load(); st != nil {
+				return st.cfg.QuotaZone()
+			}
+			return cfg.QuotaZone() // at start, before the first state
+		}}
 	if err := g.overrideStore.start(); err != nil {
 		return fmt.Errorf("%s: %w", cfg.File, err)
 	}
@@ -251,8 +258,9 @@ func (g *Gateway) resetIdentity(w http.ResponseWriter, r *http.Request) {
 // ruleUsage is one rule's standing, as the usage endpoint and /v1/check
 // with cost 0 report it.
 type ruleUsage struct {
-	Rate         string `json:"rate"`
-	Burst        int64  `json:"burst"`
+	Rate         string `json:"rate,omitempty"`
+	Burst        int64  `json:"burst,omitempty"`
+	Quota        string `json:"quota,omitempty"` // a calendar quota, such as 100000/month
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMs int64  `json:"reset_after_ms"`
 	RetryAfterMs int64  `json:"retry_after_ms"`
@@ -270,6 +278,10 @@ func rulesUsage(u httplimit.Usage) []ruleUsage {
 		r := u.Rules[i]
 		out[i] = ruleUsage{Rate: sluice.FormatRate(r.Rate), Burst: r.Burst, Remaining: res.Remaining,
 			ResetAfterMs: ceilMs(res.ResetAfter), RetryAfterMs: ceilMs(res.RetryAfter)}
+		if r.Period != sluice.Rolling {
+			out[i].Rate, out[i].Burst = "", 0
+			out[i].Quota = strconv.FormatInt(r.Burst, 10) + "/" + r.Period.String()
+		}
 	}
 	return out
 }
@@ -303,9 +315,10 @@ func (g *Gateway) usage(w http.ResponseWriter, r *http.Request) {
 
 // validateOverride checks o against the running policies.
 func (g *Gateway) validateOverride(o policyOverrides) error {
-	lim := g.state.Load().limiter
+	st := g.state.Load()
+	lim := st.limiter
 	for _, p := range slices.Sorted(maps.Keys(o)) {
-		rules, err := parseRules(o[p])
+		rules, err := parseRules(o[p], st.cfg.QuotaZone())
 		if err != nil {
 			return fmt.Errorf("policies.%s: %w", p, err)
 		}
@@ -384,7 +397,7 @@ func parseRuleList(dec *json.Decoder) ([]overrideRule, error) {
 			return nil, fmt.Errorf("more than %d rules", sluice.MaxRules)
 		}
 		var r overrideRule
-		var has [2]bool
+		var has [3]bool
 		err := strictObject(dec, func(name string) error {
 			tok, err := dec.Token()
 			if err != nil {
@@ -404,16 +417,25 @@ func parseRuleList(dec *json.Decoder) ([]overrideRule, error) {
 					return errors.New("burst: want an integer of 1 or more")
 				}
 				r.Burst, has[1] = b, true
+			case "quota":
+				s, ok := tok.(string)
+				if !ok || s == "" {
+					return errors.New(`quota: want a string such as "100000/month"`)
+				}
+				r.Quota, has[2] = s, true
 			default:
-				return fmt.Errorf("unknown field %q; a rule has rate and burst", truncate(name))
+				return fmt.Errorf("unknown field %q; a rule has rate and burst, or quota", truncate(name))
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("rule %d: %w", len(rules), err)
 		}
-		if !has[0] || !has[1] {
-			return nil, fmt.Errorf(`rule %d: want both rate and burst, such as {"rate": "100/s", "burst": 200}`, len(rules))
+		switch {
+		case has[2] && (has[0] || has[1]):
+			return nil, fmt.Errorf(`rule %d: a quota takes no rate or burst; want {"quota": "100000/month"} alone`, len(rules))
+		case !has[2] && (!has[0] || !has[1]):
+			return nil, fmt.Errorf(`rule %d: want both rate and burst, such as {"rate": "100/s", "burst": 200}, or a quota such as {"quota": "100000/month"}`, len(rules))
 		}
 		rules = append(rules, r)
 	}

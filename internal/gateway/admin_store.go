@@ -45,8 +45,11 @@ const (
 
 // overrideRule is a rule as the admin API and the stores write it.
 type overrideRule struct {
-	Rate  string `json:"rate"`
-	Burst int64  `json:"burst"`
+	Rate  string `json:"rate,omitempty"`
+	Burst int64  `json:"burst,omitempty"`
+	// Quota, such as "100000/month", is a calendar quota in place of a
+	// rate and a burst.
+	Quota string `json:"quota,omitempty"`
 }
 
 // policyOverrides is one identity's runtime rules: policy name → rules.
@@ -55,14 +58,24 @@ type policyOverrides map[string][]overrideRule
 // overrideTable is every identity's runtime rules: identity → policies.
 type overrideTable map[string]policyOverrides
 
-// parseRules turns written rules into sluice rules, each valid.
-func parseRules(in []overrideRule) ([]sluice.Rule, error) {
+// parseRules turns written rules into sluice rules, each valid; zone is
+// where calendar quotas' periods begin (quota_time_zone).
+func parseRules(in []overrideRule, zone *time.Location) ([]sluice.Rule, error) {
 	out := make([]sluice.Rule, len(in))
 	for i, r := range in {
-		rate, err := sluice.ParseRate(r.Rate)
-		if err == nil {
-			out[i] = sluice.Rule{Rate: rate, Burst: r.Burst}
-			err = out[i].Validate()
+		var err error
+		if r.Quota != "" {
+			var n int64
+			var period sluice.Period
+			if n, period, err = sluice.ParseQuota(r.Quota); err == nil {
+				out[i], err = sluice.NewQuota(n, period, zone)
+			}
+		} else {
+			var rate float64
+			if rate, err = sluice.ParseRate(r.Rate); err == nil {
+				out[i] = sluice.Rule{Rate: rate, Burst: r.Burst}
+				err = out[i].Validate()
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
@@ -123,7 +136,7 @@ func (m *memoryOverrides) load(context.Context) (overrideTable, string, error) {
 	}
 	for id, o := range f.Overrides {
 		for policy, rules := range o {
-			if _, err := parseRules(rules); err != nil {
+			if _, err := parseRules(rules, time.UTC); err != nil {
 				return nil, "", fmt.Errorf("admin.overrides_file %s: identity %q, policy %q: %w", m.path, id, policy, err)
 			}
 		}
@@ -279,7 +292,8 @@ type overrideSync struct {
 	backend overrideBackend
 	live    *httplimit.Overrides
 	log     *slog.Logger
-	errors  func() // counts a failed read of a shared backend
+	errors  func()                // counts a failed read of a shared backend
+	zone    func() *time.Location // quota_time_zone of the running configuration
 
 	mu      sync.Mutex // serialises changes and reloads of the table
 	table   overrideTable
@@ -376,7 +390,7 @@ func (s *overrideSync) apply(table overrideTable, ver string) {
 	rules := make(map[string]map[string][]sluice.Rule)
 	for _, id := range slices.Sorted(maps.Keys(table)) {
 		for policy, written := range table[id] {
-			rs, err := parseRules(written)
+			rs, err := parseRules(written, s.zone())
 			if err != nil {
 				s.log.Warn("sluice: runtime override ignored", "identity", id, "policy", policy, "err", err)
 				continue

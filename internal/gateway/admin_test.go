@@ -571,3 +571,37 @@ func TestAdminOverrideOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminQuotaOverride: a runtime override may hold a calendar quota
+// (a contract of 5 a month, beside a per-hour bucket): it is decided all
+// or nothing with the bucket, shown as a quota, and refused when mixed
+// with a rate or a burst in one rule.
+func TestAdminQuotaOverride(t *testing.T) {
+	gw := startAdminGW(t, writeDeployment(t, t.TempDir(), "admin: {token_file: admin.token}\nquota_time_zone: Europe/Berlin\n"+adminPolicies))
+	for _, c := range []struct{ body, want string }{
+		{`{"policies":{"payments":[{"quota":"5/month","burst":5}]}}`, "takes no rate or burst"},
+		{`{"policies":{"payments":[{"quota":"5/fortnight"}]}}`, "fortnight"},
+		{`{"policies":{"payments":[{"quota":5}]}}`, "quota: want a string"},
+	} {
+		if code, body := gw.call(t, "PUT", "/v1/admin/overrides/acme", c.body); code != 400 || !strings.Contains(body, c.want) {
+			t.Errorf("PUT %s: %d %s, want 400 saying %q", c.body, code, body, c.want)
+		}
+	}
+	code, body := gw.call(t, "PUT", "/v1/admin/overrides/acme", `{"policies":{"payments":[{"rate":"1/h","burst":10},{"quota":"5/month"}]}}`)
+	if code != 200 || !strings.Contains(body, `{"quota":"5/month"}`) {
+		t.Fatalf("PUT of a quota: %d %s", code, body)
+	}
+	passed := 0
+	for range 8 {
+		if gw.check(t, "payments", "acme", 1).Allowed {
+			passed++
+		}
+	}
+	if passed != 5 {
+		t.Errorf("acme passed %d checks against a quota of 5 a month, want 5", passed)
+	}
+	_, body = gw.call(t, "GET", "/v1/admin/usage/acme?policy=payments", "")
+	if !strings.Contains(body, `"quota":"5/month","remaining":0`) || !strings.Contains(body, `"rate":"1/h","burst":10,"remaining":5`) {
+		t.Errorf("usage of acme: %s; want the quota spent and the bucket at 5 of 10", body)
+	}
+}
