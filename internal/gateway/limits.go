@@ -86,7 +86,7 @@ func (g *Gateway) initLimits(cfg *config.Config) {
 	g.decisionFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "decision", g: g}
 	g.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_rejections_total",
-		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision) and reason (connections, in_flight, body_too_large, read_timeout, unauthorized).",
+		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision, admin, envoy_rls) and reason (connections, in_flight, body_too_large, read_timeout, unauthorized).",
 	}, []string{"listener", "reason"})
 	g.reg.MustRegister(g.rejections)
 }
