@@ -328,6 +328,6 @@ func printEnvoy(w io.Writer, rs []envoyResult, rounds int) {
 			r.workload, r.callers, r.floor.RPS(), r.sluice.RPS(), r.envoy.RPS(), r.sluice.RPS()/r.envoy.RPS(),
 			r.floor.cpuPer(), r.sluice.cpuPer(), r.envoy.cpuPer(), r.sluice.cpuPer()/r.envoy.cpuPer(),
 			r.sluice.redisCPUPer(), r.envoy.redisCPUPer(), r.sluice.redisCPUPer()/r.envoy.redisCPUPer(),
-			r.sluice.P50, r.envoy.P50)
+			r.sluice.P50.Round(time.Microsecond), r.envoy.P50.Round(time.Microsecond))
 	}
 }
