@@ -10,4 +10,8 @@
 // files; cmd/compare runs them and prints one table with the ratios to
 // sluice. It is a separate module so that the peers never enter sluice's
 // go.mod, and it is not part of the test suite: no timing is asserted.
+// The Envoy part loads gRPC ShouldRateLimit services (sluice's envoy_rls,
+// envoyproxy/ratelimit, and the empty handler FloorRLSServer as the floor)
+// from LoadRLS; BenchmarkEnvoyRLSGateway is sluice's side in-process for
+// pprof.
 package bench

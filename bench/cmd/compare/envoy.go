@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,8 +38,9 @@ func (r envoyRun) redisCPUPer() float64 {
 
 // envoyResult is the best run of each service at one number of callers.
 type envoyResult struct {
-	callers       int
-	sluice, envoy envoyRun
+	workload             string
+	callers              int
+	floor, sluice, envoy envoyRun
 }
 
 // rlsService is a running rate limit service process.
@@ -49,9 +54,9 @@ type rlsService struct {
 // from its Go module into a cache directory, never a dependency of
 // sluice): both run as their own processes on one redis-server of their
 // own and load the same descriptor file, and this process loads them in
-// turn over gRPC, keys uniform over 100,000 users, rounds alternated. The
+// turn over gRPC, keys of each of workloads, rounds alternated. The
 // CPU of each service's process and of Redis is measured around each run.
-func runEnvoy(work string, callers []int, dur time.Duration, rounds int) ([]envoyResult, error) {
+func runEnvoy(work string, workloads []string, callers []int, dur time.Duration, rounds int) ([]envoyResult, error) {
 	step("envoy: building sluice and envoyproxy/ratelimit " + envoytest.Version)
 	sluiceBin := filepath.Join(work, "sluice")
 	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
@@ -90,29 +95,40 @@ func runEnvoy(work string, callers []int, dur time.Duration, rounds int) ([]envo
 	}
 	defer sl.p.stop()
 
+	fl, err := startFloorRLS(work)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.p.stop()
+
 	ctx := context.Background()
-	w := bench.GetWorkload("uniform100k")
 	var results []envoyResult
-	for _, c := range callers {
-		res := envoyResult{callers: c}
-		for round := range rounds {
-			for _, s := range []*rlsService{peer, sl} {
-				r, err := measureRLS(ctx, s, admin, w, c, dur)
-				if err != nil {
-					return results, err
-				}
-				fmt.Fprintf(os.Stderr, "   %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  p50 %v  p99 %v  failed %d\n",
-					c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.P50, r.P99, r.Failed)
-				best := &res.sluice
-				if s == peer {
-					best = &res.envoy
-				}
-				if r.RPS() > best.RPS() || best.Decisions == 0 {
-					*best = r
+	for _, wname := range workloads {
+		w := bench.GetWorkload(wname)
+		for _, c := range callers {
+			res := envoyResult{workload: wname, callers: c}
+			for round := range rounds {
+				for _, s := range []*rlsService{fl, peer, sl} {
+					r, err := measureRLS(ctx, s, admin, w, c, dur)
+					if err != nil {
+						return results, err
+					}
+					fmt.Fprintf(os.Stderr, "   %s %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  p50 %v  p99 %v  failed %d\n",
+						wname, c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.P50, r.P99, r.Failed)
+					best := &res.sluice
+					switch s {
+					case peer:
+						best = &res.envoy
+					case fl:
+						best = &res.floor
+					}
+					if r.RPS() > best.RPS() || best.Decisions == 0 {
+						*best = r
+					}
 				}
 			}
+			results = append(results, res)
 		}
-		results = append(results, res)
 	}
 	return results, nil
 }
@@ -130,6 +146,10 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	cmd0, err := bench.CommandStats(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
 	r, err := bench.LoadRLS(ctx, s.addr, w, callers, 0, dur)
 	if err != nil {
 		return envoyRun{}, fmt.Errorf("%s: %w; log: %s", s.name, err, s.p.logTail())
@@ -142,10 +162,36 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	cmd1, err := bench.CommandStats(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	printCommandStats(s.name, cmd0, cmd1, r.Decisions)
 	if r.Failed > 0 {
 		return envoyRun{}, fmt.Errorf("%s: %d of %d checks failed or were denied; log: %s", s.name, r.Failed, r.Failed+r.Decisions, s.p.logTail())
 	}
 	return envoyRun{RLSResult: r, cpu: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0}, nil
+}
+
+// printCommandStats prints, for each Redis command the run called, its
+// calls per decision and the microseconds Redis spent in each call.
+func printCommandStats(name string, before, after map[string]bench.CommandStat, decisions int64) {
+	if decisions == 0 {
+		return
+	}
+	var parts []string
+	for cmd, a := range after {
+		b := before[cmd]
+		calls, usec := a.Calls-b.Calls, a.Usec-b.Usec
+		if calls == 0 || cmd == "info" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f calls/decision %.2f µs/call", cmd, float64(calls)/float64(decisions), float64(usec)/float64(calls)))
+	}
+	slices.Sort(parts)
+	if len(parts) > 0 {
+		fmt.Fprintf(os.Stderr, "      Redis commands of %s: %s\n", name, strings.Join(parts, "; "))
+	}
 }
 
 func startPeer(work, bin, runtimeRoot, redisAddr string) (*rlsService, error) {
@@ -170,6 +216,48 @@ func startPeer(work, bin, runtimeRoot, redisAddr string) (*rlsService, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// startFloorRLS starts this program as the empty rate limit service
+// (-role floorrls), the floor of the benchmark.
+func startFloorRLS(work string) (*rlsService, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProc(work, "floor-rls", self, "-role", "floorrls", "-listen", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &rlsService{name: "floor (empty handler)", addr: addr, p: p}
+	if err := waitGRPC(s, ""); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// serveFloorRLS serves the empty rate limit service on addr until SIGTERM
+// or SIGINT.
+func serveFloorRLS(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fatal(err)
+	}
+	srv := bench.FloorRLSServer()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Stop()
+	}()
+	if err := srv.Serve(ln); err != nil {
+		fatal(err)
+	}
 }
 
 func startSluiceRLS(work, bin, confDir, redisAddr string) (*rlsService, error) {
@@ -226,17 +314,20 @@ func waitGRPC(s *rlsService, service string) error {
 	}
 }
 
-// printEnvoy prints the Envoy comparison: decisions per second of each
-// service and the ratios of sluice to envoyproxy/ratelimit.
+// printEnvoy prints the Envoy comparison: decisions per second of the floor
+// (an empty handler) and of each service, and the ratios of sluice to
+// envoyproxy/ratelimit.
 func printEnvoy(w io.Writer, rs []envoyResult, rounds int) {
 	fmt.Fprintf(w, "Envoy's rate limit service (gRPC ShouldRateLimit): sluice envoy_rls against envoyproxy/ratelimit %s,\n", envoytest.Version)
-	fmt.Fprintf(w, "one Redis, keys uniform over 100,000 users, every check under its limit; best of %d alternated rounds\n\n", rounds)
-	fmt.Fprintf(w, "| callers | sluice decisions/s | envoy decisions/s | sluice ÷ envoy | CPU µs/decision sluice / envoy | CPU ratio | Redis CPU µs/decision sluice / envoy | Redis ratio |\n")
-	fmt.Fprintf(w, "| --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	fmt.Fprintf(w, "one Redis, every check under its limit (uniform100k: keys uniform over 100,000 users; hot: one user); the floor is an empty handler\n")
+	fmt.Fprintf(w, "served by grpc-go in a process of its own; best of %d alternated rounds\n\n", rounds)
+	fmt.Fprintf(w, "| keys | callers | floor decisions/s | sluice decisions/s | envoy decisions/s | sluice ÷ envoy | CPU µs/decision floor / sluice / envoy | CPU ratio | Redis CPU µs/decision sluice / envoy | Redis ratio | p50 sluice / envoy |\n")
+	fmt.Fprintf(w, "| -- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %d | %.0f | %.0f | %.2f× | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f |\n",
-			r.callers, r.sluice.RPS(), r.envoy.RPS(), r.sluice.RPS()/r.envoy.RPS(),
-			r.sluice.cpuPer(), r.envoy.cpuPer(), r.sluice.cpuPer()/r.envoy.cpuPer(),
-			r.sluice.redisCPUPer(), r.envoy.redisCPUPer(), r.sluice.redisCPUPer()/r.envoy.redisCPUPer())
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %v / %v |\n",
+			r.workload, r.callers, r.floor.RPS(), r.sluice.RPS(), r.envoy.RPS(), r.sluice.RPS()/r.envoy.RPS(),
+			r.floor.cpuPer(), r.sluice.cpuPer(), r.envoy.cpuPer(), r.sluice.cpuPer()/r.envoy.cpuPer(),
+			r.sluice.redisCPUPer(), r.envoy.redisCPUPer(), r.sluice.redisCPUPer()/r.envoy.redisCPUPer(),
+			r.sluice.P50.Round(time.Microsecond), r.envoy.P50.Round(time.Microsecond))
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,7 +39,7 @@ import (
 )
 
 func main() {
-	role := flag.String("role", "", "internal: run as the gateway benchmark's upstream or bareproxy")
+	role := flag.String("role", "", "internal: run as the gateway benchmark's upstream or bareproxy, or the Envoy benchmark's floorrls")
 	listen := flag.String("listen", "", "internal: address of -role")
 	upstream := flag.String("upstream", "", "internal: upstream URL of -role bareproxy")
 	pooled := flag.Bool("pooled", false, "internal: -role bareproxy with a BufferPool")
@@ -50,6 +51,7 @@ func main() {
 	gwConc := flag.String("gateway-concurrency", "1,32", "concurrent clients of the gateway loads, comma-separated")
 	gwRounds := flag.Int("gateway-rounds", 2, "load runs of each proxy, alternating; the best is reported")
 	envoyConc := flag.String("envoy-callers", "1,32,128", "concurrent callers of the Envoy rate limit service loads, comma-separated")
+	envoyKeys := flag.String("envoy-workloads", "uniform100k,hot", "key workloads of the Envoy rate limit service loads, comma-separated (hot, uniform100k, zipf1M)")
 	envoyRounds := flag.Int("envoy-rounds", 2, "load runs of each rate limit service, alternating; the best is reported")
 	from := flag.String("from", "", "print the table of an earlier run's raw output instead of running anything")
 	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
@@ -66,6 +68,9 @@ func main() {
 			fatal(err)
 		}
 		serveRole(*listen, bench.BareProxy(u, *pooled))
+		return
+	case "floorrls":
+		serveFloorRLS(*listen)
 		return
 	default:
 		fatal(fmt.Errorf("unknown -role %q", *role))
@@ -162,8 +167,16 @@ func main() {
 			}
 			callers = append(callers, n)
 		}
+		var workloads []string
+		for _, wl := range strings.Split(*envoyKeys, ",") {
+			wl = strings.TrimSpace(wl)
+			if !slices.Contains(bench.Workloads, wl) {
+				fatal(fmt.Errorf("-envoy-workloads: %q is not a workload; want some of %s", wl, strings.Join(bench.Workloads, ", ")))
+			}
+			workloads = append(workloads, wl)
+		}
 		var err error
-		if envoy, err = runEnvoy(work, callers, *gwDur, *envoyRounds); err != nil {
+		if envoy, err = runEnvoy(work, workloads, callers, *gwDur, *envoyRounds); err != nil {
 			envoyNote = err.Error()
 			fmt.Fprintln(os.Stderr, "compare: envoy:", err)
 		}
