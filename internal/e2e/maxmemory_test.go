@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -89,6 +92,9 @@ func TestRedisAtMaxmemory(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			filled := time.Since(start)
+			if policy == "noeviction" {
+				pinFull(t, redis)
+			}
 			time.Sleep(2 * time.Second)
 			cancel()
 			wg.Wait()
@@ -122,6 +128,29 @@ func TestRedisAtMaxmemory(t *testing.T) {
 				t.Errorf("/readyz never said %q: %q", want, bodies)
 			}
 		})
+	}
+}
+
+// pinFull keeps a Redis under noeviction out of memory from now on. Filled
+// by the flood, its used memory hovers at maxmemory: once the circuit
+// breaker opens the flood stops writing, client buffers shrink, and Redis
+// takes writes again for a moment, so a /readyz probe can land in every
+// such moment on a busy machine (a CI run saw only "ready"). Lowering
+// maxmemory to three quarters of what is used makes every write fail
+// until the test ends; nothing is evicted under noeviction.
+func pinFull(t *testing.T, redis *goredis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	mem, err := redis.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatalf("INFO memory: %v", err)
+	}
+	used, err := strconv.ParseInt(strings.TrimPrefix(line(mem, "used_memory"), "used_memory:"), 10, 64)
+	if err != nil {
+		t.Fatalf("used_memory in INFO memory: %v", err)
+	}
+	if err := redis.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used*3/4, 10)).Err(); err != nil {
+		t.Fatalf("CONFIG SET maxmemory: %v", err)
 	}
 }
 
