@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"runtime"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/internal/envoyrls"
 )
 
 // floorRLS answers every ShouldRateLimit with OK and does nothing else: no
@@ -25,9 +28,11 @@ func (floorRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv
 }
 
 // FloorRLSServer is a gRPC server with the empty rate limit service and a
-// health service that reports SERVING.
+// health service that reports SERVING. It runs calls on as many
+// long-lived stream workers as sluice's own server does, so the floor has
+// every advantage sluice has.
 func FloorRLSServer() *grpc.Server {
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(envoyrls.StreamWorkersPerCPU * runtime.GOMAXPROCS(0))))
 	rlsv3.RegisterRateLimitServiceServer(s, floorRLS{})
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	return s

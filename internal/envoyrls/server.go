@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +41,18 @@ type Options struct {
 	// Now is the clock of duration_until_reset where the store gives
 	// none; nil means time.Now.
 	Now func() time.Time
+	// StreamWorkers is the number of long-lived goroutines that run
+	// calls; a call that finds them all busy gets a goroutine of its own.
+	// A worker's stack stays grown from one call to the next, where a
+	// fresh goroutine grows its stack again in every call (gRPC's
+	// NumStreamWorkers). Default StreamWorkersPerCPU × GOMAXPROCS.
+	StreamWorkers int
 }
+
+// StreamWorkersPerCPU is the default of Options.StreamWorkers per
+// GOMAXPROCS. A call spends most of its time waiting for the store, so
+// a worker per CPU would leave most calls without one.
+const StreamWorkersPerCPU = 16
 
 // Server is the gRPC server of the rate limit and health services.
 type Server struct {
@@ -77,6 +89,9 @@ func New(source Source, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.StreamWorkers <= 0 {
+		opts.StreamWorkers = StreamWorkersPerCPU * runtime.GOMAXPROCS(0)
+	}
 	if opts.Rejected == nil {
 		opts.Rejected = func(string) {}
 	}
@@ -88,6 +103,7 @@ func New(source Source, opts Options) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.bound),
+		grpc.NumStreamWorkers(uint32(min(opts.StreamWorkers, opts.MaxInFlight))),
 	)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, &service{source: source, log: opts.Logger, now: opts.Now})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
