@@ -176,6 +176,9 @@ func validate(name string, req sluice.Request) error {
 	if err := validateLog(name, req.Rules, 0); err != nil {
 		return err
 	}
+	if req.CountDenied && name != FixedWindow {
+		return fmt.Errorf("%w: a request that counts a denied cost: %s counts none; use %s", sluice.ErrInvalid, name, FixedWindow)
+	}
 	if req.MaxDelay > 0 && !Paces(name) {
 		return fmt.Errorf("%w: max delay %v: %s does not pace requests; use %s or %s, or no max delay",
 			sluice.ErrInvalid, req.MaxDelay, name, TokenBucket, LeakyBucket)

@@ -31,16 +31,16 @@ end
 
 local allowed = true
 local cost = 0
-if op == 'c' then -- decideFixedWindow
+if op ~= 'a' then -- decideFixedWindow; 'd' counts a denied cost too
   cost = amount
   for i = 1, n do
     if count[i] + cost > burst[i] then
       allowed = false
     end
   end
-  if allowed then
+  if allowed or op == 'd' then
     for i = 1, n do
-      count[i] = count[i] + cost
+      count[i] = add_count(count[i], cost)
     end
   end
 else -- adjustFixedWindow

@@ -59,7 +59,11 @@ func (s *redisStore) Check(ctx context.Context, req sluice.Request) (sluice.Resu
 	if err := validate(s.name, req); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, "c", req.Key, req.Cost, req.MaxDelay.Microseconds(), req.Rules)
+	op := "c"
+	if req.CountDenied {
+		op = "d" // validate let it through for the fixed window only
+	}
+	return s.run(ctx, op, req.Key, req.Cost, req.MaxDelay.Microseconds(), req.Rules)
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's state.
