@@ -131,13 +131,16 @@ func Redis(name string, client redis.Scripter, opts RedisOptions) (Store, error)
 			Prefix: prefix, Now: opts.Now, ExpiryMargin: opts.ExpiryMargin,
 		})}, nil
 	}
-	script, ok := scripts[name]
-	if !ok {
-		return nil, unknown(name)
-	}
 	margin := opts.ExpiryMargin.Milliseconds()
 	if opts.ExpiryMargin == 0 {
 		margin = 1000
+	}
+	if name == FixedWindow {
+		return &fixedWindowRedis{client: client, prefix: prefix + name + ":", now: opts.Now, marginMs: margin}, nil
+	}
+	script, ok := scripts[name]
+	if !ok {
+		return nil, unknown(name)
 	}
 	return &redisStore{
 		name: name, script: script, client: client,

@@ -3,8 +3,7 @@
 -- script so that Redis runs the whole check alone. It mirrors report.go.
 --
 -- KEYS[1]  the key of one caller's state
--- ARGV[1]  "c" to check, "a" to adjust, "d" to check and count a denied
---          cost too (Request.CountDenied; the fixed window's only)
+-- ARGV[1]  "c" to check, "a" to adjust
 -- ARGV[2]  now in Unix microseconds, or "" to use the Redis server's TIME
 -- ARGV[3]  cost (check) or delta (adjust), an integer
 -- ARGV[4]  max delay in microseconds (check; 0 = none)
