@@ -96,6 +96,15 @@ type RedisOptions struct {
 	// ExpiryMargin is kept beyond the time a key's state stops mattering;
 	// zero means one second.
 	ExpiryMargin time.Duration
+
+	// Coalesce tunes the coalescing of concurrent checks of the token
+	// bucket and the fixed window (see redisstore.Coalesce), which is on
+	// unless DisableCoalescing is set; nil means its defaults. The other
+	// algorithms send every check in a script call of its own.
+	Coalesce *redisstore.Coalesce
+
+	// DisableCoalescing sends every check in a script call of its own.
+	DisableCoalescing bool
 }
 
 // Memory returns the in-memory Store of the named algorithm, or an error
@@ -129,6 +138,7 @@ func Redis(name string, client redis.Scripter, opts RedisOptions) (Store, error)
 	if name == TokenBucket || name == "" {
 		return tokenBucketRedis{redisstore.New(client, redisstore.Options{
 			Prefix: prefix, Now: opts.Now, ExpiryMargin: opts.ExpiryMargin,
+			Coalesce: opts.Coalesce, DisableCoalescing: opts.DisableCoalescing,
 		})}, nil
 	}
 	margin := opts.ExpiryMargin.Milliseconds()
@@ -136,7 +146,7 @@ func Redis(name string, client redis.Scripter, opts RedisOptions) (Store, error)
 		margin = 1000
 	}
 	if name == FixedWindow {
-		return &fixedWindowRedis{client: client, prefix: prefix + name + ":", now: opts.Now, marginMs: margin}, nil
+		return newFixedWindowRedis(client, prefix+name+":", opts, margin), nil
 	}
 	script, ok := scripts[name]
 	if !ok {
@@ -198,4 +208,3 @@ func (tokenBucketMemory) Algorithm() string { return TokenBucket }
 type tokenBucketRedis struct{ *redisstore.Store }
 
 func (tokenBucketRedis) Algorithm() string { return TokenBucket }
-func (tokenBucketRedis) Close() error      { return nil }

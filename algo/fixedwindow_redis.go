@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // fixed_window.lua is lean: the generic scripts (common.lua) parse rates,
@@ -27,12 +29,40 @@ var (
 
 // fixedWindowRedis is the fixed window on Redis: the keys of redisStore
 // (one string per caller, every rule's window in it, an expiry on every
-// write), decided by fixed_window.lua in one round trip.
+// write), decided by fixed_window.lua in one round trip. Concurrent checks
+// are coalesced as the token bucket's are (redisstore.Coalesce, the same
+// queue): a batch is one script call that decides its ops one after the
+// other, a call per Cluster slot, pipelined, on a Cluster; the answers
+// are those of separate calls in arrival order.
 type fixedWindowRedis struct {
 	client   redis.Scripter
 	prefix   string // includes the algorithm's name
 	now      func() time.Time
 	marginMs int64
+	batcher  *coalesce.Batcher[fwOp] // nil: every op in a call of its own
+
+	bySlot   bool                   // a script call per Cluster slot: not known to be one server
+	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
+}
+
+func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions, marginMs int64) *fixedWindowRedis {
+	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs}
+	switch c := client.(type) {
+	case *redis.Client: // one server (or a Sentinel's master): a batch is one call
+	case interface{ Pipeline() redis.Pipeliner }: // a Cluster, a ring, a wrapped client
+		s.bySlot, s.pipeline = true, c.Pipeline
+	default:
+		s.bySlot = true
+	}
+	if !opts.DisableCoalescing {
+		var c redisstore.Coalesce
+		if opts.Coalesce != nil {
+			c = *opts.Coalesce
+		}
+		s.batcher = coalesce.New(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight},
+			redisstore.ErrClosed, s.send)
+	}
+	return s
 }
 
 // fwOp is one check or adjustment on its way to the script.
@@ -44,7 +74,15 @@ type fwOp struct {
 }
 
 func (s *fixedWindowRedis) Algorithm() string { return FixedWindow }
-func (s *fixedWindowRedis) Close() error      { return nil }
+
+// Close stops coalescing, after every check queued is answered; later
+// calls return redisstore.ErrClosed. It does not close the Redis client.
+func (s *fixedWindowRedis) Close() error {
+	if s.batcher != nil {
+		s.batcher.Close()
+	}
+	return nil
+}
 
 // Key returns the Redis key that holds a caller key's windows.
 func (s *fixedWindowRedis) Key(key string) string { return redisKey(s.prefix, key) }
@@ -70,9 +108,62 @@ func (s *fixedWindowRedis) Adjust(ctx context.Context, key string, delta int64, 
 }
 
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {
+	if s.batcher != nil {
+		return s.batcher.Do(ctx, o)
+	}
 	var res [1]sluice.Result
 	err := s.runBatch(ctx, []fwOp{o}, res[:])
 	return res[0], err
+}
+
+func (s *fixedWindowRedis) sendGroup(ctx context.Context, ops []fwOp, res []sluice.Result, errs []error) {
+	err := s.runBatch(ctx, ops, res)
+	for i := range errs {
+		errs[i] = err
+	}
+}
+
+// send decides a coalesced batch: one script call, or one per Cluster
+// slot, pipelined when the client can.
+func (s *fixedWindowRedis) send(ctx context.Context, ops []fwOp, res []sluice.Result, errs []error) {
+	if !s.bySlot {
+		s.sendGroup(ctx, ops, res, errs)
+		return
+	}
+	groups := coalesce.BySlot(ops, func(o fwOp) uint16 { return redisstore.Slot(s.Key(o.key)) })
+	if len(groups) == 1 {
+		s.sendGroup(ctx, ops, res, errs)
+		return
+	}
+	if s.pipeline == nil {
+		for _, g := range groups {
+			gres, gerrs := make([]sluice.Result, len(g.Ops)), make([]error, len(g.Ops))
+			s.sendGroup(ctx, g.Ops, gres, gerrs)
+			g.Answer(gres, gerrs, res, errs)
+		}
+		return
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	args := make([][]any, len(groups))
+	keys := make([][]string, len(groups))
+	pipe := s.pipeline()
+	for i, g := range groups {
+		keys[i], args[i] = s.prepare(g.Ops)
+		cmds[i] = fixedWindowScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, g := range groups {
+		reply, err := cmds[i].Int64Slice()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that has not seen the script yet
+			reply, err = fixedWindowScript.Eval(ctx, s.client, keys[i], args[i]...).Int64Slice()
+		}
+		gres, gerrs := make([]sluice.Result, len(g.Ops)), make([]error, len(g.Ops))
+		err = parseFixedWindow(reply, err, g.Ops, gres)
+		for j := range gerrs {
+			gerrs[j] = err
+		}
+		g.Answer(gres, gerrs, res, errs)
+	}
 }
 
 // runBatch decides ops in one script call, in order, and writes their
