@@ -3,8 +3,9 @@ package algo
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
-	"strconv"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,18 +145,18 @@ func (s *fixedWindowRedis) send(ctx context.Context, ops []fwOp, res []sluice.Re
 		return
 	}
 	cmds := make([]*redis.Cmd, len(groups))
-	args := make([][]any, len(groups))
+	nums := make([][]byte, len(groups))
 	keys := make([][]string, len(groups))
 	pipe := s.pipeline()
 	for i, g := range groups {
-		keys[i], args[i] = s.prepare(g.Ops)
-		cmds[i] = fixedWindowScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+		keys[i], nums[i] = s.prepare(g.Ops)
+		cmds[i] = fixedWindowScript.EvalSha(ctx, pipe, keys[i], nums[i])
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, g := range groups {
-		reply, err := cmds[i].Int64Slice()
+		reply, err := cmds[i].Text()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that has not seen the script yet
-			reply, err = fixedWindowScript.Eval(ctx, s.client, keys[i], args[i]...).Int64Slice()
+			reply, err = fixedWindowScript.Eval(ctx, s.client, keys[i], nums[i]).Text()
 		}
 		gres, gerrs := make([]sluice.Result, len(g.Ops)), make([]error, len(g.Ops))
 		err = parseFixedWindow(reply, err, g.Ops, gres)
@@ -169,55 +170,73 @@ func (s *fixedWindowRedis) send(ctx context.Context, ops []fwOp, res []sluice.Re
 // runBatch decides ops in one script call, in order, and writes their
 // results to res. On a Cluster their keys must share a slot.
 func (s *fixedWindowRedis) runBatch(ctx context.Context, ops []fwOp, res []sluice.Result) error {
-	keys, args := s.prepare(ops)
-	reply, err := fixedWindowScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	keys, nums := s.prepare(ops)
+	reply, err := fixedWindowScript.Run(ctx, s.client, keys, nums).Text()
 	return parseFixedWindow(reply, err, ops, res)
 }
 
-// prepare builds the script's keys and arguments (see fixed_window.lua).
-func (s *fixedWindowRedis) prepare(ops []fwOp) ([]string, []any) {
-	n := 0
+// Kinds of op, as fixed_window.lua reads them.
+var fwKinds = map[string]float64{"c": 0, "d": 1, "a": 2}
+
+// prepare builds the script's keys and its packed numbers (see
+// fixed_window.lua): every number a little-endian float64, exact for
+// these whole numbers below 2^53 (a larger delta saturates either way).
+func (s *fixedWindowRedis) prepare(ops []fwOp) ([]string, []byte) {
+	n := 2
 	for _, o := range ops {
 		n += 3 + 2*len(o.rules)
 	}
 	keys := make([]string, len(ops))
-	args := make([]any, 0, 2+n)
-	now := ""
+	nums := make([]byte, 0, 8*n)
+	now := -1.0 // the server's TIME
 	if s.now != nil {
-		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+		now = float64(s.now().UnixMicro())
 	}
-	args = append(args, now, s.marginMs)
+	nums = appendFloat(appendFloat(nums, now), float64(s.marginMs))
 	for i, o := range ops {
 		keys[i] = s.Key(o.key)
-		args = append(args, o.kind, o.amount, len(o.rules))
+		nums = appendFloat(nums, fwKinds[o.kind])
+		nums = appendFloat(nums, float64(o.amount))
+		nums = appendFloat(nums, float64(len(o.rules)))
 		for _, r := range o.rules {
-			args = append(args, window(r), r.Burst)
+			nums = appendFloat(appendFloat(nums, float64(window(r))), float64(r.Burst))
 		}
 	}
-	return keys, args
+	return keys, nums
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 }
 
 // parseFixedWindow reports each op from the state the script returned
-// (allowed, then t, start and count per rule), as the in-memory store does.
-func parseFixedWindow(reply []int64, err error, ops []fwOp, res []sluice.Result) error {
+// (allowed, then t, start and count per rule, packed doubles), as the
+// in-memory store does.
+func parseFixedWindow(reply string, err error, ops []fwOp, res []sluice.Result) error {
 	if err != nil {
 		return fmt.Errorf("algo: %s on redis: %w", FixedWindow, err)
 	}
 	want := 0
 	for _, o := range ops {
-		want += 1 + 3*len(o.rules)
+		want += 8 * (1 + 3*len(o.rules))
 	}
 	if len(reply) != want {
-		return fmt.Errorf("algo: %s script returned %d values, want %d", FixedWindow, len(reply), want)
+		return fmt.Errorf("algo: %s script returned %d bytes, want %d", FixedWindow, len(reply), want)
+	}
+	next := func() int64 {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[:8])))
+		reply = reply[8:]
+		return int64(f)
 	}
 	var st [sluice.MaxRules]fixedWindow
 	var ts [sluice.MaxRules]int64
 	for i, o := range ops {
-		allowed := reply[0] == 1
+		allowed := next() == 1
 		for j := range o.rules {
-			ts[j], st[j] = reply[1+3*j], fixedWindow{start: reply[2+3*j], count: reply[3+3*j]}
+			ts[j] = next()
+			st[j].start = next()
+			st[j].count = next()
 		}
-		reply = reply[1+3*len(o.rules):]
 		cost := o.amount
 		if o.kind == "a" {
 			cost = 0
