@@ -123,3 +123,16 @@ func TestFixedWindowCoalescedIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Only the fixed window counts a denied cost; the others refuse the request.
+func TestCountDeniedOnlyForTheFixedWindow(t *testing.T) {
+	req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 2}}, CountDenied: true}
+	for _, name := range Names()[1:] {
+		s, _ := Memory(name, MemoryOptions{SweepInterval: -1})
+		_, err := s.Check(ctx, req)
+		s.Close()
+		if (name == FixedWindow) != (err == nil) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

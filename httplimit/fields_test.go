@@ -11,7 +11,7 @@ import (
 
 // A policy without a pattern matches no request but is reached by name;
 // Fields renders the headers of its decisions as the middleware sends
-// them, and Charge counts without deciding.
+// them.
 func TestPolicyByNameOnly(t *testing.T) {
 	c := newClock()
 	store := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
@@ -50,5 +50,20 @@ func TestPolicyByNameOnly(t *testing.T) {
 	}
 	if h := lim.Fields("quiet", "v", res, 0); h != nil {
 		t.Fatalf("a shadow policy's fields: %v", h)
+	}
+}
+
+// CountDenied is envoyproxy/ratelimit's fixed window: New refuses it with
+// any other algorithm.
+func TestCountDeniedNeedsTheFixedWindow(t *testing.T) {
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	for _, alg := range []string{"", "token_bucket", "sliding_window"} {
+		_, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2), Algorithm: alg, CountDenied: true}}})
+		if err == nil {
+			t.Errorf("algorithm %q with CountDenied: no error", alg)
+		}
+	}
+	if _, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2), Algorithm: "fixed_window", CountDenied: true}}}); err != nil {
+		t.Fatal(err)
 	}
 }
