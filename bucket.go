@@ -323,6 +323,13 @@ func validateRequest(req Request) error {
 	if req.MaxDelay < 0 || req.MaxDelay > MaxDelayLimit {
 		return fmt.Errorf("%w: max delay %v: want 0 to %v", ErrInvalid, req.MaxDelay, MaxDelayLimit)
 	}
+	if req.CountDenied {
+		// Any cost may be counted; 2^53 keeps the counts exact in float64.
+		if req.Cost > 1<<53 {
+			return fmt.Errorf("%w: cost %d: want at most 2^53", ErrInvalid, req.Cost)
+		}
+		return validateRules(req.Rules, 0)
+	}
 	return validateRules(req.Rules, req.Cost)
 }
 

@@ -170,6 +170,9 @@ func TestValidateRequest(t *testing.T) {
 		{"zero rate", Request{Key: "k", Rules: []Rule{{Rate: 0, Burst: 1}}}, ErrInvalid},
 		{"zero burst", Request{Key: "k", Rules: []Rule{{Rate: 1, Burst: 0}}}, ErrInvalid},
 		{"negative delay", Request{Key: "k", Rules: ok, MaxDelay: -1}, ErrInvalid},
+		{"counted cost above burst", Request{Key: "k", Cost: 6, Rules: ok, CountDenied: true}, nil},
+		{"counted cost above 2^53", Request{Key: "k", Cost: 1<<53 + 1, Rules: ok, CountDenied: true}, ErrInvalid},
+		{"counted, bad rule", Request{Key: "k", Cost: 1, Rules: []Rule{{Rate: 0, Burst: 1}}, CountDenied: true}, ErrInvalid},
 	}
 	for _, c := range cases {
 		err := ValidateRequest(c.req)

@@ -64,6 +64,15 @@ type Request struct {
 	// buckets go below zero) and Result.Delay says how long the caller must
 	// wait before it proceeds. Requests queue in arrival order.
 	MaxDelay time.Duration
+
+	// CountDenied counts a denied request's cost too, as
+	// envoyproxy/ratelimit's fixed window does (its INCRBY counts every
+	// hit), in the same store call: later requests in the window see it,
+	// and a cost above a rule's burst is a denial, not ErrCostExceedsBurst.
+	// Only the fixed window (package algo) honours it; algo's other
+	// algorithms refuse it, and the token bucket stores ignore it (such a
+	// cost is then only denied).
+	CountDenied bool
 }
 
 // Result is the outcome of a check or an adjustment.

@@ -96,6 +96,15 @@ type RedisOptions struct {
 	// ExpiryMargin is kept beyond the time a key's state stops mattering;
 	// zero means one second.
 	ExpiryMargin time.Duration
+
+	// Coalesce tunes the coalescing of concurrent checks of the token
+	// bucket and the fixed window (see redisstore.Coalesce), which is on
+	// unless DisableCoalescing is set; nil means its defaults. The other
+	// algorithms send every check in a script call of its own.
+	Coalesce *redisstore.Coalesce
+
+	// DisableCoalescing sends every check in a script call of its own.
+	DisableCoalescing bool
 }
 
 // Memory returns the in-memory Store of the named algorithm, or an error
@@ -129,15 +138,19 @@ func Redis(name string, client redis.Scripter, opts RedisOptions) (Store, error)
 	if name == TokenBucket || name == "" {
 		return tokenBucketRedis{redisstore.New(client, redisstore.Options{
 			Prefix: prefix, Now: opts.Now, ExpiryMargin: opts.ExpiryMargin,
+			Coalesce: opts.Coalesce, DisableCoalescing: opts.DisableCoalescing,
 		})}, nil
-	}
-	script, ok := scripts[name]
-	if !ok {
-		return nil, unknown(name)
 	}
 	margin := opts.ExpiryMargin.Milliseconds()
 	if opts.ExpiryMargin == 0 {
 		margin = 1000
+	}
+	if name == FixedWindow {
+		return newFixedWindowRedis(client, prefix+name+":", opts, margin), nil
+	}
+	script, ok := scripts[name]
+	if !ok {
+		return nil, unknown(name)
 	}
 	return &redisStore{
 		name: name, script: script, client: client,
@@ -176,6 +189,9 @@ func validate(name string, req sluice.Request) error {
 	if err := validateLog(name, req.Rules, 0); err != nil {
 		return err
 	}
+	if req.CountDenied && name != FixedWindow {
+		return fmt.Errorf("%w: a request that counts a denied cost: %s counts none; use %s", sluice.ErrInvalid, name, FixedWindow)
+	}
 	if req.MaxDelay > 0 && !Paces(name) {
 		return fmt.Errorf("%w: max delay %v: %s does not pace requests; use %s or %s, or no max delay",
 			sluice.ErrInvalid, req.MaxDelay, name, TokenBucket, LeakyBucket)
@@ -192,4 +208,3 @@ func (tokenBucketMemory) Algorithm() string { return TokenBucket }
 type tokenBucketRedis struct{ *redisstore.Store }
 
 func (tokenBucketRedis) Algorithm() string { return TokenBucket }
-func (tokenBucketRedis) Close() error      { return nil }

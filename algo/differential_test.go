@@ -28,7 +28,8 @@ func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 // The differential test: for every algorithm, one random sequence of
 // checks and adjustments on a handful of keys (one to three rules,
 // fractional rates, costs from 0 to the burst, a max delay for the
-// leaky bucket, and now and then a clock that steps back) gives exactly
+// leaky bucket, denied costs counted, some above the burst, for the fixed
+// window, and now and then a clock that steps back) gives exactly
 // the same results from the in-memory store and from the Lua script in
 // client-clock mode.
 func TestRedisAgreesWithMemory(t *testing.T) {
@@ -93,6 +94,12 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 					if name == LeakyBucket && rng.IntN(3) == 0 {
 						req.MaxDelay = time.Duration(rng.Int64N(3000)) * time.Millisecond
 					}
+					if name == FixedWindow && rng.IntN(2) == 0 {
+						req.CountDenied = true // envoyproxy/ratelimit's window
+						if rng.IntN(8) == 0 {
+							req.Cost = rng.Int64N(3 * minBurst) // above the burst too
+						}
+					}
 					want, werr = ms.Check(ctx, req)
 					got, gerr = rs.Check(ctx, req)
 					switch {
@@ -100,6 +107,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 						counts["delayed"]++
 					case want.Allowed:
 						counts["allowed"]++
+					case req.CountDenied:
+						counts["denied and counted"]++
 					default:
 						counts["denied"]++
 					}
@@ -112,7 +121,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 				}
 			}
 			t.Logf("%d steps agree: %v", steps, counts)
-			if counts["allowed"] == 0 || counts["denied"] == 0 || (name == LeakyBucket && counts["delayed"] == 0) {
+			if counts["allowed"] == 0 || counts["denied"] == 0 || (name == LeakyBucket && counts["delayed"] == 0) ||
+				(name == FixedWindow && counts["denied and counted"] == 0) {
 				t.Fatalf("the sequence did not cover every outcome: %v", counts)
 			}
 		})

@@ -1,77 +1,123 @@
--- fixed window: mirrors fixedwindow.go. Appended to common.lua.
+-- fixed window: the windows' state step of fixedwindow.go (roll, decide,
+-- count) for a batch of checks and adjustments, one after the other in
+-- the order given. It does only what needs Redis: the Go client computes
+-- the windows beforehand and each Result afterwards, from the state this
+-- returns (fixedWindowReport), so the report has one definition.
+--
+-- KEYS[k]  the key of op k's caller (a key may come more than once)
+-- ARGV[1]  the numbers below as little-endian doubles, packed (reading
+--          them with struct.unpack costs far less than a tonumber each):
+--          now in Unix µs (negative: the Redis server's TIME), the expiry
+--          margin in ms, then per op its kind (0 check, 1 check that
+--          counts a denied cost too, 2 adjust), amount (cost or delta),
+--          number of rules n, and n pairs of window W (µs) and burst
+--
+-- Returns a string of packed doubles: per op, allowed (0|1), then per rule
+-- t (now, clamped to the stored window), start and count after the op.
 --
 -- The value is struct-packed little-endian doubles, (start, count) per
--- rule: start is the window's first µs (a multiple of W, windows aligned
--- to the Unix epoch), count the units admitted in it. A missing or
--- differently sized value is idle: every count zero.
+-- rule; one of another size is none. Times and counts are whole numbers
+-- below 2^53 held in doubles, so the arithmetic is exact. State whose
+-- counts are all zero is as good as none (its idle time has passed, as the
+-- in-memory store drops it): it is deleted, never stored.
 
-local format = '<' .. string.rep('d', 2 * n)
-local start, count, t = {}, {}, {}
-local packed = redis.call('GET', key)
-if packed and #packed == 16 * n then
-  local v = { struct.unpack(format, packed) }
-  for i = 1, n do
-    start[i], count[i] = v[2 * i - 1], v[2 * i]
-  end
-else
-  for i = 1, n do
-    start[i], count[i] = 0, 0
-  end
+local pack, unpack_struct, call = struct.pack, struct.unpack, redis.call
+local args = ARGV[1]
+local now, margin_ms, a = unpack_struct('<dd', args) -- a: the next byte to read
+if now < 0 then
+  local t = call('TIME')
+  now = t[1] * 1000000 + t[2]
 end
+local max_us = 9007199254740992 -- 2^53: a count saturates there (addCount)
 
--- roll: move to the window that holds now; a clock behind the stored
--- window is taken as at its start.
-for i = 1, n do
-  t[i] = max_of(now, start[i])
-  local s = t[i] - t[i] % win[i]
-  if s ~= start[i] then
-    start[i], count[i] = s, 0
-  end
-end
-
-local allowed = true
-local cost = 0
-if op == 'c' then -- decideFixedWindow
-  cost = amount
+-- The tables are reused from op to op; a key of one rule, the common
+-- case, is read and written without a table of its own.
+local w, burst, t, st, out = {}, {}, {}, {}, {}
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local kind, amount, n
+  kind, amount, n, a = unpack_struct('<ddd', args, a)
   for i = 1, n do
-    if count[i] + cost > burst[i] then
-      allowed = false
+    w[i], burst[i], a = unpack_struct('<dd', args, a)
+    st[2 * i - 1], st[2 * i] = 0, 0 -- start and count: none
+  end
+  local format = n == 1 and '<dd' or '<' .. string.rep('d', 2 * n)
+  local v = call('GET', key)
+  if v and #v == 16 * n then
+    if n == 1 then
+      st[1], st[2] = unpack_struct(format, v)
+    else
+      local u = { unpack_struct(format, v) }
+      for j = 1, 2 * n do
+        st[j] = u[j]
+      end
     end
-  end
-  if allowed then
+    local idle = 0
     for i = 1, n do
-      count[i] = count[i] + cost
+      if st[2 * i] > 0 and st[2 * i - 1] + w[i] > idle then
+        idle = st[2 * i - 1] + w[i]
+      end
+    end
+    if idle <= now then -- idle state is none, as the in-memory store has it
+      for j = 1, 2 * n do
+        st[j] = 0
+      end
     end
   end
-else -- adjustFixedWindow
+  local allowed, changed = true, false
   for i = 1, n do
-    count[i] = add_count(count[i], amount)
-    if count[i] > burst[i] then
+    local start, count = st[2 * i - 1], st[2 * i]
+    -- roll: a clock behind the stored window is taken as at its start
+    t[i] = start > now and start or now
+    local s = t[i] - t[i] % w[i]
+    if s ~= start then
+      start, count, changed = s, 0, true
+    end
+    if kind == 2 then -- adjustFixedWindow
+      count = math.min(math.max(0, count + amount), max_us)
+      changed = true
+      if count > burst[i] then
+        allowed = false
+      end
+    elseif count + amount > burst[i] then -- decideFixedWindow
       allowed = false
     end
+    st[2 * i - 1], st[2 * i] = start, count
+  end
+  if kind ~= 2 and amount > 0 and (allowed or kind == 1) then
+    for i = 1, n do
+      st[2 * i] = math.min(st[2 * i] + amount, max_us)
+    end
+    changed = true
+  end
+  local idle = 0
+  for i = 1, n do
+    if st[2 * i] > 0 and st[2 * i - 1] + w[i] > idle then
+      idle = st[2 * i - 1] + w[i]
+    end
+  end
+  local ok = allowed and 1 or 0
+  if n == 1 then
+    out[k] = pack('<dddd', ok, t[1], st[1], st[2])
+  else
+    local r = { pack('<d', ok) }
+    for i = 1, n do
+      r[i + 1] = pack('<ddd', t[i], st[2 * i - 1], st[2 * i])
+    end
+    out[k] = table.concat(r)
+  end
+  if changed then
+    if idle > 0 then
+      local packed
+      if n == 1 then
+        packed = pack(format, st[1], st[2])
+      else
+        packed = pack(format, unpack(st, 1, 2 * n))
+      end
+      call('SET', key, packed, 'PX', math.ceil(math.max(0, idle - now) / 1000) + margin_ms)
+    elseif v then
+      call('DEL', key)
+    end
   end
 end
-
--- fixedWindowReport
-local out_retry, out_rem, out_reset = {}, {}, {}
-local retry, idle = 0, 0
-for i = 1, n do
-  out_rem[i] = max_of(0, burst[i] - count[i])
-  out_reset[i] = 0
-  out_retry[i] = 0
-  if count[i] > 0 then
-    out_reset[i] = start[i] + win[i] - t[i]
-    idle = max_of(idle, start[i] + win[i])
-  end
-  if count[i] + cost > burst[i] then
-    out_retry[i] = start[i] + win[i] - t[i] -- the next window starts empty
-  end
-  retry = max_of(retry, out_retry[i])
-end
-
-local state = {}
-for i = 1, n do
-  state[2 * i - 1], state[2 * i] = start[i], count[i]
-end
-redis.call('SET', key, struct.pack(format, unpack(state)), 'PX', expiry_ms(idle))
-return pick(allowed, out_retry, out_rem, out_reset, retry, 0)
+return table.concat(out)

@@ -35,9 +35,12 @@ func (st *fixedWindow) outcome(r sluice.Rule, w, t, cost int64) outcome {
 
 // decideFixedWindow checks cost against every rule at now: it passes when
 // each window's count plus cost stays within Burst, and then counts it in
-// every window. It returns the Result and the time (Unix µs) after which
-// the state is idle and can be dropped.
-func decideFixedWindow(s *[]fixedWindow, rules []sluice.Rule, now, cost int64, _ int64) (sluice.Result, int64) {
+// every window. With countDenied a denied cost is counted too (saturating,
+// as a charge), as envoyproxy/ratelimit's INCRBY counts every hit; the
+// report then reads the windows after it, as it does after an admission.
+// It returns the Result and the time (Unix µs) after which the state is
+// idle and can be dropped.
+func decideFixedWindow(s *[]fixedWindow, rules []sluice.Rule, now, cost int64, _ int64, countDenied bool) (sluice.Result, int64) {
 	st := resize(s, len(rules))
 	var ts [sluice.MaxRules]int64
 	allowed := true
@@ -47,9 +50,9 @@ func decideFixedWindow(s *[]fixedWindow, rules []sluice.Rule, now, cost int64, _
 			allowed = false
 		}
 	}
-	if allowed {
+	if allowed || countDenied {
 		for i := range rules {
-			st[i].count += cost
+			st[i].count = addCount(st[i].count, cost)
 		}
 	}
 	return fixedWindowReport(st, rules, ts[:], allowed, cost)

@@ -23,7 +23,7 @@ type leakyBucket struct {
 // room and the wait is within maxDelay (µs; 0 means no bound beyond the
 // queue). It returns the Result and the time (Unix µs) at which every
 // queue is empty.
-func decideLeakyBucket(s *[]leakyBucket, rules []sluice.Rule, now, cost int64, maxDelay int64) (sluice.Result, int64) {
+func decideLeakyBucket(s *[]leakyBucket, rules []sluice.Rule, now, cost int64, maxDelay int64, _ bool) (sluice.Result, int64) {
 	st := resize(s, len(rules))
 	c, t := float64(cost), float64(now)
 	d := 0.0 // µs until the request's turn: the longest queue ahead

@@ -15,7 +15,7 @@ import (
 // S for one key: they update it and return the Result and the time (Unix
 // µs) from which the state is idle, as good as none.
 type (
-	decideFunc[S any] func(st *S, rules []sluice.Rule, now, cost, maxDelayUs int64) (sluice.Result, int64)
+	decideFunc[S any] func(st *S, rules []sluice.Rule, now, cost, maxDelayUs int64, countDenied bool) (sluice.Result, int64)
 	adjustFunc[S any] func(st *S, rules []sluice.Rule, now, delta int64) (sluice.Result, int64)
 )
 
@@ -95,7 +95,7 @@ func (s *memStore[S]) Check(_ context.Context, req sluice.Request) (sluice.Resul
 
 func (s *memStore[S]) checkAt(req sluice.Request, now int64) sluice.Result {
 	sh, e := s.entry(req.Key, now)
-	res, idle := s.decide(&e.state, req.Rules, now, req.Cost, req.MaxDelay.Microseconds())
+	res, idle := s.decide(&e.state, req.Rules, now, req.Cost, req.MaxDelay.Microseconds(), req.CountDenied)
 	e.idle = idle
 	sh.mu.Unlock()
 	return res

@@ -17,11 +17,10 @@ import (
 
 // Each script is common.lua (arguments, rounding, the report) followed by
 // the algorithm's own file: one script, run atomically, per algorithm.
+// The fixed window has a lean script of its own (fixedwindow_redis.go).
 var (
 	//go:embed common.lua
 	commonLua string
-	//go:embed fixed_window.lua
-	fixedWindowLua string
 	//go:embed sliding_log.lua
 	slidingLogLua string
 	//go:embed sliding_window.lua
@@ -30,7 +29,6 @@ var (
 	leakyBucketLua string
 
 	scripts = map[string]*redis.Script{
-		FixedWindow:   redis.NewScript(commonLua + fixedWindowLua),
 		SlidingLog:    redis.NewScript(commonLua + slidingLogLua),
 		SlidingWindow: redis.NewScript(commonLua + slidingWindowLua),
 		LeakyBucket:   redis.NewScript(commonLua + leakyBucketLua),
@@ -74,12 +72,16 @@ func (s *redisStore) Adjust(ctx context.Context, key string, delta int64, rules 
 }
 
 // Key returns the Redis key that holds a caller key's state.
-func (s *redisStore) Key(key string) string {
+func (s *redisStore) Key(key string) string { return redisKey(s.prefix, key) }
+
+// redisKey is the Redis key of a caller key under prefix: the token
+// bucket's layout (see redisStore).
+func redisKey(prefix, key string) string {
 	if len(key) > redisstore.MaxKeyLen {
 		sum := sha256.Sum256([]byte(key))
 		key = base64.RawURLEncoding.EncodeToString(sum[:])
 	}
-	return s.prefix + "{" + key + "}"
+	return prefix + "{" + key + "}"
 }
 
 // The arguments are those of the token bucket script (see common.lua).
@@ -118,6 +120,8 @@ func (s *redisStore) run(ctx context.Context, op, key string, amount, maxDelayUs
 func RedisKey(store Store, key string) string {
 	switch s := store.(type) {
 	case *redisStore:
+		return s.Key(key)
+	case *fixedWindowRedis:
 		return s.Key(key)
 	case tokenBucketRedis:
 		return s.Store.Key(key)

@@ -81,7 +81,7 @@ func (l *slidingLog) add(t, units int64) {
 // decideSlidingLog checks cost against every rule at now and, when it
 // passes, logs it. It returns the Result and the time (Unix µs) after
 // which the log is empty.
-func decideSlidingLog(l *slidingLog, rules []sluice.Rule, now, cost int64, _ int64) (sluice.Result, int64) {
+func decideSlidingLog(l *slidingLog, rules []sluice.Rule, now, cost int64, _ int64, _ bool) (sluice.Result, int64) {
 	t, wmax := l.prepare(rules, now)
 	var out [sluice.MaxRules]outcome
 	retry, allowed := l.outcomes(rules, t, cost, out[:])

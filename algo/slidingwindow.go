@@ -79,7 +79,7 @@ func (st *slidingWindow) outcome(r sluice.Rule, w, t, cost int64, est float64, o
 // when every estimate plus cost is within Burst, and then counts it in
 // every current window. It returns the Result and the time (Unix µs)
 // after which the state is idle.
-func decideSlidingWindow(s *[]slidingWindow, rules []sluice.Rule, now, cost int64, _ int64) (sluice.Result, int64) {
+func decideSlidingWindow(s *[]slidingWindow, rules []sluice.Rule, now, cost int64, _ int64, _ bool) (sluice.Result, int64) {
 	st := resize(s, len(rules))
 	var ts [sluice.MaxRules]int64
 	var est [sluice.MaxRules]float64

@@ -88,7 +88,7 @@ func TestSlidingWindowErrorOnBurstyTraffic(t *testing.T) {
 			disagree++
 		}
 
-		res, _ := decideSlidingWindow(&st, rules, at, 1, 0)
+		res, _ := decideSlidingWindow(&st, rules, at, 1, 0, false)
 		if res.Allowed {
 			admitted = append(admitted, at)
 		}

@@ -371,11 +371,16 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	}
 	l.names[name] = fmt.Sprintf("%s:%d", l.cur, l.lines[dp+".key"])
 	lim.Policy = name
+	// A refused hit of envoyproxy/ratelimit's window is counted by the
+	// same store call that refuses it (CountDenied), not by a second one:
+	// a request field, not an algorithm of its own, so the fixed window's
+	// math, store and keys stay one.
 	p := httplimit.Policy{
 		Name:          name,
 		Cost:          1,
 		Authenticated: []sluice.Rule{rule},
 		Shadow:        d.ShadowMode || d.QuotaMode,
+		CountDenied:   lim.Counted,
 	}
 	if alg != algo.TokenBucket {
 		p.Algorithm = alg

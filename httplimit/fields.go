@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -34,27 +32,4 @@ func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time
 	}
 	l.putHeaders(h, rs, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
 	return h
-}
-
-// Charge takes delta more tokens (or gives back -delta) from key's buckets
-// under the named policy without deciding anything, as Check (Decide for
-// the identity key) would key them: for a front door whose protocol counts a refused request too
-// (envoyproxy/ratelimit's fixed window does). A store failure is logged
-// and returned; the charge is then lost.
-func (l *Limiter) Charge(ctx context.Context, policyName, key string, delta int64) error {
-	p, ok := l.byName[policyName]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
-	}
-	if key == "" {
-		return fmt.Errorf("%w: empty key", sluice.ErrInvalid)
-	}
-	rs := p.rulesFor(Caller{ID: key}, true)
-	s := subject{caller: Caller{ID: key}, authenticated: true}
-	var kb keyBuf
-	if err := l.buildKey(&kb, p, rs, &s); err != nil {
-		return err
-	}
-	_, err := l.adjust(ctx, p, kb.String(), delta, rs.rules)
-	return err
 }

@@ -11,7 +11,7 @@ import (
 
 // A policy without a pattern matches no request but is reached by name;
 // Fields renders the headers of its decisions as the middleware sends
-// them, and Charge counts without deciding.
+// them.
 func TestPolicyByNameOnly(t *testing.T) {
 	c := newClock()
 	store := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
@@ -37,12 +37,12 @@ func TestPolicyByNameOnly(t *testing.T) {
 	if got, want := h.Get("RateLimit"), `"rls:d/k";r=1;t=1`; got != want {
 		t.Fatalf("RateLimit: %q, want %q", got, want)
 	}
-	if err := lim.Charge(ctx, "rls:d/k", "v", 1); err != nil {
+	if _, err := lim.Check(ctx, "rls:d/k", "v", 1); err != nil {
 		t.Fatal(err)
 	}
 	res, err = lim.Check(ctx, "rls:d/k", "v", 1)
 	if err != nil || res.Allowed {
-		t.Fatalf("check after the charge: %+v, %v (want denied)", res, err)
+		t.Fatalf("third check: %+v, %v (want denied)", res, err)
 	}
 	h = lim.Fields("rls:d/k", "v", res, 0)
 	if h.Get("Retry-After") != "1" || h.Get("RateLimit-Remaining") != "0" {
@@ -51,7 +51,19 @@ func TestPolicyByNameOnly(t *testing.T) {
 	if h := lim.Fields("quiet", "v", res, 0); h != nil {
 		t.Fatalf("a shadow policy's fields: %v", h)
 	}
-	if err := lim.Charge(ctx, "nope", "v", 1); err == nil {
-		t.Fatal("Charge of an unknown policy: no error")
+}
+
+// CountDenied is envoyproxy/ratelimit's fixed window: New refuses it with
+// any other algorithm.
+func TestCountDeniedNeedsTheFixedWindow(t *testing.T) {
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	for _, alg := range []string{"", "token_bucket", "sliding_window"} {
+		_, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2), Algorithm: alg, CountDenied: true}}})
+		if err == nil {
+			t.Errorf("algorithm %q with CountDenied: no error", alg)
+		}
+	}
+	if _, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2), Algorithm: "fixed_window", CountDenied: true}}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -152,6 +152,11 @@ type Policy struct {
 	// Store that serves several: the gateway's store reads it from the
 	// context that Options.StoreContext derives. Empty: the token bucket.
 	Algorithm string
+
+	// CountDenied counts a denied request's cost too, in the same store
+	// call (sluice.Request.CountDenied): envoyproxy/ratelimit's fixed
+	// window. It needs Algorithm "fixed_window".
+	CountDenied bool
 }
 
 // Override gives one authenticated identity its own rules.
@@ -422,9 +427,12 @@ func compile(in Policy) (*policy, error) {
 }
 
 func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
-	probe := sluice.Request{Key: "probe", Cost: p.Cost, Rules: rules}
+	probe := sluice.Request{Key: "probe", Cost: p.Cost, Rules: rules, CountDenied: p.CountDenied}
 	if err := sluice.ValidateRequest(probe); err != nil {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	}
+	if p.CountDenied && p.Algorithm != "fixed_window" {
+		return ruleSet{}, fmt.Errorf("httplimit: policy %q: CountDenied is for the fixed window; algorithm %q counts no denied request", p.Name, p.Algorithm)
 	}
 	if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling }); i >= 0 && p.Algorithm != "" && p.Algorithm != "token_bucket" {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: rule %d is a calendar quota, which algorithm %s knows not; want the token bucket (Algorithm \"\")", p.Name, i, p.Algorithm)
@@ -607,7 +615,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
 		v.act, v.err = actInvalid, err
 		return v
 	}
-	v.req = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.rs.rules, MaxDelay: p.MaxDelay}
+	v.req = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.rs.rules, MaxDelay: p.MaxDelay, CountDenied: p.CountDenied}
 	if p.Shadow {
 		v.req.MaxDelay = 0 // a shadow policy never holds a request either
 	}

@@ -3,15 +3,13 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 )
 
 // Coalesce tunes the coalescing of concurrent checks, on by default
@@ -53,201 +51,29 @@ type Coalesce struct {
 // ErrClosed is returned by a coalescing Store after Close.
 var ErrClosed = errors.New("redisstore: store closed")
 
-// A call is a queued check. Its state is guarded by the batcher's mutex.
-type call struct {
-	op       op
-	deadline time.Time // zero: none
-	taken    bool      // in a batch: it will be answered, even if its caller left
-	res      sluice.Result
-	err      error
-	done     chan struct{}
+// sender sends a coalesced batch of a Store: one script call on one
+// server; on a Cluster (or a client not known to be one server), a script
+// call per slot, pipelined when the client can.
+type sender struct {
+	s        *Store
+	bySlot   bool                   // a script call per Cluster slot: not known to be one server
+	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
-type batcher struct {
-	s           *Store
-	maxBatch    int
-	maxWait     time.Duration
-	maxInFlight int
-	bySlot      bool                   // a script call per Cluster slot: not known to be one server
-	pipeline    func() redis.Pipeliner // sends those calls at once; nil: one after the other
-
-	mu       sync.Mutex
-	idle     sync.Cond // signalled when inFlight drops to zero
-	pending  []*call   // queued, oldest first, not yet in a batch
-	inFlight int       // checks sent directly and flushers running
-	closed   bool
+func newBatcher(s *Store, c Coalesce) *coalesce.Batcher[op] {
+	return coalesce.New(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight}, ErrClosed, newSender(s).send)
 }
 
-func newBatcher(s *Store, c Coalesce, client Scripter) *batcher {
-	b := &batcher{s: s, maxBatch: c.MaxBatch, maxWait: c.MaxWait, maxInFlight: c.MaxInFlight}
-	if b.maxBatch <= 0 {
-		b.maxBatch = 64
-	}
-	if b.maxInFlight <= 0 {
-		b.maxInFlight = 2
-	}
-	b.idle.L = &b.mu
-	switch c := client.(type) {
+func newSender(s *Store) *sender {
+	snd := &sender{s: s}
+	switch c := s.client.(type) {
 	case *redis.Client: // one server (or a Sentinel's master): a batch is one call
 	case pipeliner: // a Cluster, a ring, or a client wrapped in something else
-		b.bySlot, b.pipeline = true, c.Pipeline
+		snd.bySlot, snd.pipeline = true, c.Pipeline
 	default:
-		b.bySlot = true
+		snd.bySlot = true
 	}
-	return b
-}
-
-func (b *batcher) do(ctx context.Context, o op) (sluice.Result, error) {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return sluice.Result{}, ErrClosed
-	}
-	if b.inFlight < b.maxInFlight && len(b.pending) == 0 && b.maxWait == 0 {
-		// Nothing to gather: go directly, as without coalescing.
-		b.inFlight++
-		b.mu.Unlock()
-		var res [1]sluice.Result
-		err := b.s.runBatch(ctx, []op{o}, res[:])
-		b.mu.Lock()
-		b.release()
-		b.mu.Unlock()
-		return res[0], err
-	}
-	c := callPool.Get().(*call)
-	c.op, c.res, c.err, c.taken = o, sluice.Result{}, nil, false
-	c.deadline, _ = ctx.Deadline()
-	b.pending = append(b.pending, c)
-	if b.inFlight < b.maxInFlight {
-		b.inFlight++
-		go b.flush()
-	}
-	b.mu.Unlock()
-	select {
-	case <-c.done:
-		res, err := c.res, c.err
-		callPool.Put(c)
-		return res, err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	if c.taken {
-		// Its batch is on its way and will answer c: leave c to it and
-		// to the garbage collector, never back in the pool.
-		b.mu.Unlock()
-		return sluice.Result{}, ctx.Err()
-	}
-	// Still queued: withdraw it, so that a check nobody waits for spends
-	// no tokens.
-	if i := slices.Index(b.pending, c); i >= 0 {
-		b.pending = slices.Delete(b.pending, i, i+1)
-	}
-	b.mu.Unlock()
-	callPool.Put(c)
-	return sluice.Result{}, ctx.Err()
-}
-
-// release gives back a batch slot, with b.mu held, and starts a flusher
-// in its place for what queued meanwhile.
-func (b *batcher) release() {
-	if len(b.pending) > 0 {
-		go b.flush() // takes over the slot
-		return
-	}
-	b.leave()
-}
-
-// leave gives back a batch slot for good, with b.mu held.
-func (b *batcher) leave() {
-	b.inFlight--
-	if b.inFlight == 0 {
-		b.idle.Broadcast()
-	}
-}
-
-// next moves the next batch out of the queue, with b.mu held. With the
-// queue empty it gives back its flusher's slot and returns nil, in the
-// same hold of the mutex, so that nothing queues unseen.
-func (b *batcher) next() []*call {
-	n := min(len(b.pending), b.maxBatch)
-	if n == 0 {
-		b.leave()
-		return nil
-	}
-	batch := make([]*call, n)
-	copy(batch, b.pending)
-	for _, c := range batch {
-		c.taken = true
-	}
-	rest := copy(b.pending, b.pending[n:])
-	clear(b.pending[rest:])
-	b.pending = b.pending[:rest]
-	return batch
-}
-
-// flush holds a batch slot: it sends batches from the queue, one after the
-// other, until the queue is empty. It takes the next batch before it
-// answers the last, so that Redis is not kept waiting for the answers.
-func (b *batcher) flush() {
-	if b.maxWait > 0 {
-		wait(b.maxWait)
-	}
-	b.mu.Lock()
-	batch := b.next()
-	b.mu.Unlock()
-	for batch != nil {
-		b.send(batch)
-		b.mu.Lock()
-		next := b.next()
-		b.mu.Unlock()
-		for _, c := range batch {
-			c.done <- struct{}{}
-		}
-		batch = next
-	}
-}
-
-// wait lets d pass. A timer is rounded up to about a millisecond when the
-// process has nothing else to run (Go parks in epoll with a timeout in
-// ms), far more than the tens of microseconds MaxWait is for: shorter
-// waits yield the processor in a loop instead.
-func wait(d time.Duration) {
-	if d >= time.Millisecond {
-		time.Sleep(d)
-		return
-	}
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		runtime.Gosched()
-	}
-}
-
-// send decides a batch, one script call per Cluster slot, and writes each
-// call's result. Its deadline is the latest of its calls', none if one of
-// them has none: a caller that gives up earlier returns on its own.
-func (b *batcher) send(batch []*call) {
-	ctx := context.Background()
-	var latest time.Time
-	for _, c := range batch {
-		if c.deadline.IsZero() {
-			latest = time.Time{}
-			break
-		}
-		if c.deadline.After(latest) {
-			latest = c.deadline
-		}
-	}
-	if !latest.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, latest)
-		defer cancel()
-	}
-	if !b.bySlot {
-		b.sendGroup(ctx, batch)
-		return
-	}
-	b.sendSlots(ctx, bySlot(b.s, batch))
+	return snd
 }
 
 // pipeliner is a client that pipelines, as every go-redis client does.
@@ -255,80 +81,56 @@ type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
-func (b *batcher) sendGroup(ctx context.Context, g []*call) {
-	res := make([]sluice.Result, len(g))
-	err := b.s.runBatch(ctx, opsOf(g), res)
-	for i, c := range g {
-		c.res, c.err = res[i], err
+// send decides a batch, one script call per Cluster slot, and writes each
+// op's result.
+func (snd *sender) send(ctx context.Context, ops []op, res []sluice.Result, errs []error) {
+	if !snd.bySlot {
+		snd.sendGroup(ctx, ops, res, errs)
+		return
+	}
+	groups := coalesce.BySlot(ops, func(o op) uint16 { return Slot(snd.s.Key(o.key)) })
+	if len(groups) == 1 || snd.pipeline == nil {
+		for _, g := range groups {
+			gres, gerrs := make([]sluice.Result, len(g.Ops)), make([]error, len(g.Ops))
+			snd.sendGroup(ctx, g.Ops, gres, gerrs)
+			g.Answer(gres, gerrs, res, errs)
+		}
+		return
+	}
+	snd.sendSlots(ctx, groups, res, errs)
+}
+
+func (snd *sender) sendGroup(ctx context.Context, ops []op, res []sluice.Result, errs []error) {
+	err := snd.s.runBatch(ctx, ops, res)
+	for i := range errs {
+		errs[i] = err
 	}
 }
 
 // sendSlots sends a script call per Cluster slot in one pipeline, which
 // the Cluster client splits into one round trip per master, all at once:
-// keys spread over many slots still share round trips. A client that
-// cannot pipeline gets the calls one after the other.
-func (b *batcher) sendSlots(ctx context.Context, groups [][]*call) {
-	if len(groups) == 1 || b.pipeline == nil {
-		for _, g := range groups {
-			b.sendGroup(ctx, g)
-		}
-		return
-	}
+// keys spread over many slots still share round trips.
+func (snd *sender) sendSlots(ctx context.Context, groups []coalesce.Group[op], res []sluice.Result, errs []error) {
 	calls := make([]scriptCall, len(groups))
-	ops := make([][]op, len(groups))
 	cmds := make([]*redis.Cmd, len(groups))
-	pipe := b.pipeline()
+	pipe := snd.pipeline()
 	for i, g := range groups {
-		ops[i] = opsOf(g)
-		calls[i] = b.s.prepare(ops[i])
+		calls[i] = snd.s.prepare(g.Ops)
 		cmds[i] = calls[i].script.EvalSha(ctx, pipe, calls[i].keys, calls[i].nums)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, g := range groups {
 		reply, err := cmds[i].Text()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that has not seen the script yet
-			reply, err = calls[i].script.Eval(ctx, b.s.client, calls[i].keys, calls[i].nums).Text()
+			reply, err = calls[i].script.Eval(ctx, snd.s.client, calls[i].keys, calls[i].nums).Text()
 		}
-		res := make([]sluice.Result, len(g))
-		err = calls[i].parse(reply, err, ops[i], res)
-		for j, c := range g {
-			c.res, c.err = res[j], err
+		gres, gerrs := make([]sluice.Result, len(g.Ops)), make([]error, len(g.Ops))
+		err = calls[i].parse(reply, err, g.Ops, gres)
+		for j := range gerrs {
+			gerrs[j] = err
 		}
+		g.Answer(gres, gerrs, res, errs)
 	}
-}
-
-func opsOf(g []*call) []op {
-	ops := make([]op, len(g))
-	for i, c := range g {
-		ops[i] = c.op
-	}
-	return ops
-}
-
-// close stops queueing and waits until every queued check is answered.
-func (b *batcher) close() {
-	b.mu.Lock()
-	b.closed = true
-	for b.inFlight > 0 {
-		b.idle.Wait()
-	}
-	b.mu.Unlock()
-}
-
-func bySlot(s *Store, batch []*call) [][]*call {
-	index := map[uint16]int{}
-	var groups [][]*call
-	for _, c := range batch {
-		slot := Slot(s.Key(c.op.key))
-		i, ok := index[slot]
-		if !ok {
-			i = len(groups)
-			index[slot] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], c)
-	}
-	return groups
 }
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XModem) of the

@@ -32,24 +32,21 @@ func (b BatchOp) op() op {
 // call per Cluster slot, all in one pipeline, on a Cluster. The keys may
 // be in any slots.
 func SendBatch(s *Store, batch []BatchOp) ([]sluice.Result, error) {
-	calls := make([]*call, len(batch))
+	ops := make([]op, len(batch))
 	for i, b := range batch {
-		calls[i] = &call{op: b.op(), done: make(chan struct{}, 1)}
+		ops[i] = b.op()
 	}
-	s.batcher.send(calls)
+	snd := newSender(s)
 	res := make([]sluice.Result, len(batch))
-	for i, c := range calls {
-		if c.err != nil {
-			return nil, c.err
+	errs := make([]error, len(batch))
+	snd.send(context.Background(), ops, res, errs)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
-		res[i] = c.res
 	}
 	return res, nil
 }
 
 // Queued returns how many checks of a coalescing Store wait in its queue.
-func Queued(s *Store) int {
-	s.batcher.mu.Lock()
-	defer s.batcher.mu.Unlock()
-	return len(s.batcher.pending)
-}
+func Queued(s *Store) int { return s.batcher.Queued() }

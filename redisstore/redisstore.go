@@ -52,6 +52,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 )
 
 //go:embed tokenbucket.lua
@@ -104,7 +105,7 @@ type Store struct {
 	prefix   string
 	now      func() time.Time
 	marginMs int64
-	batcher  *batcher
+	batcher  *coalesce.Batcher[op]
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -123,7 +124,7 @@ func New(client Scripter, opts Options) *Store {
 		if opts.Coalesce != nil {
 			c = *opts.Coalesce
 		}
-		s.batcher = newBatcher(s, c, client)
+		s.batcher = newBatcher(s, c)
 	}
 	return s
 }
@@ -133,7 +134,7 @@ func New(client Scripter, opts Options) *Store {
 // DisableCoalescing it does nothing.
 func (s *Store) Close() error {
 	if s.batcher != nil {
-		s.batcher.close()
+		s.batcher.Close()
 	}
 	return nil
 }
@@ -174,7 +175,7 @@ type op struct {
 
 func (s *Store) run(ctx context.Context, o op) (sluice.Result, error) {
 	if s.batcher != nil {
-		return s.batcher.do(ctx, o)
+		return s.batcher.Do(ctx, o)
 	}
 	var res [1]sluice.Result
 	if err := s.runBatch(ctx, []op{o}, res[:]); err != nil {

@@ -196,9 +196,10 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 }
 
 // decide asks the Limiter's decision core about d (Decide, by name), the
-// one place this front door does.
-// A refusal of envoyproxy/ratelimit's fixed window is counted too, as
-// its INCRBY counts every hit; a cost beyond the limit is a refusal.
+// one place this front door does. A refusal of envoyproxy/ratelimit's
+// fixed window is counted by that same call, as its INCRBY counts every
+// hit (the policy's CountDenied, set by package config); a cost beyond
+// the limit is a refusal.
 func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decision) {
 	if d.limit.Policy == "" { // requests_per_unit: 0
 		d.over = d.cost > 0
@@ -218,9 +219,6 @@ func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decisio
 		d.failed = true
 		d.res = sluice.Result{Allowed: true, Limit: int64(d.limit.RequestsPerUnit), Remaining: int64(d.limit.RequestsPerUnit), DecidedBy: sluice.ByOpen}
 		return
-	}
-	if d.over && d.limit.Counted && d.cost > 0 && !d.res.DecidedBy.Degraded() {
-		_ = lim.Charge(context.WithoutCancel(ctx), d.limit.Policy, d.key, d.cost)
 	}
 }
 

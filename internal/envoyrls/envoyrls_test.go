@@ -373,3 +373,21 @@ func header(h []*corev3.HeaderValue, name string) string {
 	}
 	return ""
 }
+
+// A refused hit of envoyproxy/ratelimit's window is counted by the call
+// that refuses it: one script call on Redis, not a second to count it.
+func TestRefusedHitIsOneStoreCall(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serve(t, "store: {type: redis, redis: {url: \""+srv.URL()+"\", timeout: 2s, coalesce: false}}\n", map[string]string{"test.yaml": testDomain})
+	awayFromEdge(3600, time.Minute)
+	for i := range 3 {
+		expect(t, "frank", s.one(t, "test", desc("user", "frank")), ok, uint32(2-i))
+	}
+	srv.ResetStats(t)
+	expect(t, "frank, 4th", s.one(t, "test", desc("user", "frank")), over, 0)
+	stats := srv.CommandStats(t)
+	if calls := stats["evalsha"].Calls + stats["eval"].Calls; calls != 1 {
+		t.Fatalf("a refused hit took %d script calls, want 1 (%v)", calls, stats)
+	}
+	expect(t, "frank, 5th", s.one(t, "test", desc("user", "frank")), over, 0)
+}

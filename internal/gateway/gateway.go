@@ -151,7 +151,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
 	all, err := newAlgorithms(raw, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn()})
 	})
 	if err != nil {
 		_ = raw.Close()

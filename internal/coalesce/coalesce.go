@@ -1,0 +1,282 @@
+// Package coalesce sends concurrent calls to a store together: the queue
+// behind redisstore's coalescing of token bucket checks and algo's of the
+// fixed window's. A call that finds a batch slot free and nothing queued
+// goes at once, on its caller's goroutine, as it would without
+// coalescing: a lone caller pays nothing for it. The others queue, and a
+// flusher takes what queued while the slots were busy as its next batch.
+// What a batch is on the wire (one script call, or one per Cluster slot
+// in a pipeline) is the store's Send.
+package coalesce
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Options tunes a Batcher; see redisstore.Coalesce, whose fields these are.
+type Options struct {
+	MaxBatch    int           // calls in one batch; zero means 64
+	MaxWait     time.Duration // a flusher's wait for more calls; zero never waits
+	MaxInFlight int           // batches on their way at once; zero means 2
+}
+
+// Send decides ops as one batch and writes each op's result, or error, to
+// res and errs (as long as ops).
+type Send[O any] func(ctx context.Context, ops []O, res []sluice.Result, errs []error)
+
+// A call is a queued op. Its state is guarded by the batcher's mutex.
+type call[O any] struct {
+	op       O
+	deadline time.Time // zero: none
+	taken    bool      // in a batch: it will be answered, even if its caller left
+	res      sluice.Result
+	err      error
+	done     chan struct{}
+}
+
+// Batcher queues the ops of concurrent callers and sends them in batches.
+type Batcher[O any] struct {
+	send        Send[O]
+	closedErr   error
+	maxBatch    int
+	maxWait     time.Duration
+	maxInFlight int
+	pool        sync.Pool // of *call[O]
+
+	mu       sync.Mutex
+	idle     sync.Cond  // signalled when inFlight drops to zero
+	pending  []*call[O] // queued, oldest first, not yet in a batch
+	inFlight int        // calls sent directly and flushers running
+	closed   bool
+}
+
+// New returns a Batcher that sends through send; after Close, Do returns
+// closedErr.
+func New[O any](opts Options, closedErr error, send Send[O]) *Batcher[O] {
+	b := &Batcher[O]{send: send, closedErr: closedErr, maxBatch: opts.MaxBatch, maxWait: opts.MaxWait, maxInFlight: opts.MaxInFlight}
+	if b.maxBatch <= 0 {
+		b.maxBatch = 64
+	}
+	if b.maxInFlight <= 0 {
+		b.maxInFlight = 2
+	}
+	b.idle.L = &b.mu
+	b.pool.New = func() any { return &call[O]{done: make(chan struct{}, 1)} }
+	return b
+}
+
+// Do decides o, alone or in a batch. A caller that gives up while its op
+// is still queued withdraws it, so that nothing it asked for is spent.
+func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return sluice.Result{}, b.closedErr
+	}
+	if b.inFlight < b.maxInFlight && len(b.pending) == 0 && b.maxWait == 0 {
+		// Nothing to gather: go directly, as without coalescing.
+		b.inFlight++
+		b.mu.Unlock()
+		var res [1]sluice.Result
+		var errs [1]error
+		b.send(ctx, []O{o}, res[:], errs[:])
+		b.mu.Lock()
+		b.release()
+		b.mu.Unlock()
+		return res[0], errs[0]
+	}
+	c := b.pool.Get().(*call[O])
+	c.op, c.res, c.err, c.taken = o, sluice.Result{}, nil, false
+	c.deadline, _ = ctx.Deadline()
+	b.pending = append(b.pending, c)
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		go b.flush()
+	}
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		res, err := c.res, c.err
+		b.pool.Put(c)
+		return res, err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if c.taken {
+		// Its batch is on its way and will answer c: leave c to it and
+		// to the garbage collector, never back in the pool.
+		b.mu.Unlock()
+		return sluice.Result{}, ctx.Err()
+	}
+	// Still queued: withdraw it, so that a check nobody waits for spends
+	// no tokens.
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+	}
+	b.mu.Unlock()
+	b.pool.Put(c)
+	return sluice.Result{}, ctx.Err()
+}
+
+// Queued returns how many ops wait in the queue.
+func (b *Batcher[O]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pending)
+}
+
+// release gives back a batch slot, with b.mu held, and starts a flusher
+// in its place for what queued meanwhile.
+func (b *Batcher[O]) release() {
+	if len(b.pending) > 0 {
+		go b.flush() // takes over the slot
+		return
+	}
+	b.leave()
+}
+
+// leave gives back a batch slot for good, with b.mu held.
+func (b *Batcher[O]) leave() {
+	b.inFlight--
+	if b.inFlight == 0 {
+		b.idle.Broadcast()
+	}
+}
+
+// next moves the next batch out of the queue, with b.mu held. With the
+// queue empty it gives back its flusher's slot and returns nil, in the
+// same hold of the mutex, so that nothing queues unseen.
+func (b *Batcher[O]) next() []*call[O] {
+	n := min(len(b.pending), b.maxBatch)
+	if n == 0 {
+		b.leave()
+		return nil
+	}
+	batch := make([]*call[O], n)
+	copy(batch, b.pending)
+	for _, c := range batch {
+		c.taken = true
+	}
+	rest := copy(b.pending, b.pending[n:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	return batch
+}
+
+// flush holds a batch slot: it sends batches from the queue, one after the
+// other, until the queue is empty. It takes the next batch before it
+// answers the last, so that the store is not kept waiting for the answers.
+func (b *Batcher[O]) flush() {
+	if b.maxWait > 0 {
+		wait(b.maxWait)
+	}
+	b.mu.Lock()
+	batch := b.next()
+	b.mu.Unlock()
+	for batch != nil {
+		b.sendBatch(batch)
+		b.mu.Lock()
+		next := b.next()
+		b.mu.Unlock()
+		for _, c := range batch {
+			c.done <- struct{}{}
+		}
+		batch = next
+	}
+}
+
+// wait lets d pass. A timer is rounded up to about a millisecond when the
+// process has nothing else to run (Go parks in epoll with a timeout in
+// ms), far more than the tens of microseconds MaxWait is for: shorter
+// waits yield the processor in a loop instead.
+func wait(d time.Duration) {
+	if d >= time.Millisecond {
+		time.Sleep(d)
+		return
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		runtime.Gosched()
+	}
+}
+
+// sendBatch sends a batch and writes each call's result. Its deadline is
+// the latest of its calls', none if one of them has none: a caller that
+// gives up earlier returns on its own.
+func (b *Batcher[O]) sendBatch(batch []*call[O]) {
+	ctx := context.Background()
+	var latest time.Time
+	for _, c := range batch {
+		if c.deadline.IsZero() {
+			latest = time.Time{}
+			break
+		}
+		if c.deadline.After(latest) {
+			latest = c.deadline
+		}
+	}
+	if !latest.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
+	ops := make([]O, len(batch))
+	for i, c := range batch {
+		ops[i] = c.op
+	}
+	res := make([]sluice.Result, len(batch))
+	errs := make([]error, len(batch))
+	b.send(ctx, ops, res, errs)
+	for i, c := range batch {
+		c.res, c.err = res[i], errs[i]
+	}
+}
+
+// Close stops queueing and waits until every queued op is answered.
+func (b *Batcher[O]) Close() {
+	b.mu.Lock()
+	b.closed = true
+	for b.inFlight > 0 {
+		b.idle.Wait()
+	}
+	b.mu.Unlock()
+}
+
+// A Group is the ops of one Cluster slot, in their order, and their
+// places in the batch.
+type Group[O any] struct {
+	Ops []O
+	At  []int
+}
+
+// BySlot splits ops into groups of one slot each (slot gives an op's), in
+// order of first appearance: the script calls of a batch on a Cluster,
+// where one script may touch one slot.
+func BySlot[O any](ops []O, slot func(O) uint16) []Group[O] {
+	index := map[uint16]int{}
+	var groups []Group[O]
+	for i, o := range ops {
+		s := slot(o)
+		g, ok := index[s]
+		if !ok {
+			g = len(groups)
+			index[s] = g
+			groups = append(groups, Group[O]{})
+		}
+		groups[g].Ops = append(groups[g].Ops, o)
+		groups[g].At = append(groups[g].At, i)
+	}
+	return groups
+}
+
+// Answer writes a group's results and errors to their places in the
+// batch's.
+func (g Group[O]) Answer(gres []sluice.Result, gerrs []error, res []sluice.Result, errs []error) {
+	for j, k := range g.At {
+		res[k], errs[k] = gres[j], gerrs[j]
+	}
+}
