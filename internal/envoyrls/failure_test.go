@@ -62,10 +62,19 @@ func TestOnErrorWithRedisKilled(t *testing.T) {
 
 // SIGHUP's Reload reads the descriptor files again: a changed limit
 // applies to the next call, and an invalid file keeps the running one.
+// A key's window state survives the reload: in the first hour of a UTC
+// day the hour's window and the day's start at the same instant, so the
+// hit counted before the reload is still in the day's window (as
+// envoyproxy/ratelimit's keys, which name the window's start and not its
+// length, would count it too).
 func TestReloadReadsDescriptorsAgain(t *testing.T) {
 	s := serve(t, "", map[string]string{"r.yaml": "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
 	awayFromEdge(3600, time.Minute)
 	expect(t, "before", s.one(t, "r", desc("k", "a")), ok, 0)
+	var carried uint32 // awayFromEdge leaves a minute before the hour, and so the day, ends
+	if time.Now().Unix()%86400 < 3600 {
+		carried = 1
+	}
 	write := func(data string) {
 		if err := os.WriteFile(filepath.Join(s.dir, "ratelimit", "r.yaml"), []byte(data), 0o600); err != nil {
 			t.Fatal(err)
@@ -76,7 +85,7 @@ func TestReloadReadsDescriptorsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.one(t, "r", desc("k", "a"))
-	expect(t, "after", st, ok, 4)
+	expect(t, "after", st, ok, 4-carried)
 	if st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_DAY {
 		t.Fatalf("after reload: %v", st)
 	}
@@ -84,5 +93,5 @@ func TestReloadReadsDescriptorsAgain(t *testing.T) {
 	if err := s.g.Reload(); err == nil {
 		t.Fatal("an invalid descriptor file reloaded")
 	}
-	expect(t, "kept", s.one(t, "r", desc("k", "a")), ok, 3)
+	expect(t, "kept", s.one(t, "r", desc("k", "a")), ok, 3-carried)
 }
