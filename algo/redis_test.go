@@ -22,13 +22,23 @@ import (
 func TestExpiryOnEveryPath(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	rules := []sluice.Rule{{Rate: 10, Burst: 5}} // W = 500 ms
+	// W = 5 s: a bucket emptied here is not full again, nor a window
+	// over, before the next step, however long a loaded machine stalls
+	// between two steps (up to seconds).
+	const w = 5 * time.Second
+	rules := []sluice.Rule{{Rate: 1, Burst: 5}}
 	const margin = 100 * time.Millisecond
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each waits up to 2W for its key to expire
 			s, err := Redis(name, client, RedisOptions{ExpiryMargin: margin})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if name == FixedWindow {
+				// The windows are aligned to the server's clock: start
+				// early in one, so the steps below all fall in it.
+				waitForWindowStart(t, client, w)
 			}
 			key := RedisKey(s, "k")
 			denied := false
@@ -55,7 +65,7 @@ func TestExpiryOnEveryPath(t *testing.T) {
 			}
 			// Idle within two windows (the sliding counter's current
 			// window fades over the next), plus the margin.
-			if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 2*500*time.Millisecond+margin+time.Millisecond {
+			if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 2*w+margin+time.Millisecond {
 				t.Fatalf("after a denial PTTL = %v, want (0, 2W + margin]", ttl)
 			}
 			for op, do := range map[string]func(){
@@ -71,7 +81,10 @@ func TestExpiryOnEveryPath(t *testing.T) {
 					t.Fatalf("after %s PTTL = %v, want an expiry", op, ttl)
 				}
 			}
-			deadline := time.Now().Add(5 * time.Second)
+			// Redis drops an expired key when it is read, whatever the
+			// load: the deadline is the longest expiry, 2W + margin,
+			// with seconds to spare.
+			deadline := time.Now().Add(2*w + margin + 10*time.Second)
 			for client.Exists(ctx, key).Val() == 1 {
 				if time.Now().After(deadline) {
 					t.Fatal("an idle key outlived its state by seconds")
@@ -83,6 +96,24 @@ func TestExpiryOnEveryPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitForWindowStart returns once the Redis server's clock is in the first
+// tenth of a fixed window of length w (windows start at multiples of w).
+func waitForWindowStart(t *testing.T, client *redis.Client, w time.Duration) {
+	t.Helper()
+	for range 10 {
+		now, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		into := time.Duration(now.UnixMicro()%w.Microseconds()) * time.Microsecond
+		if into < w/10 {
+			return
+		}
+		time.Sleep(w - into)
+	}
+	t.Fatal("never caught the start of a window")
 }
 
 // Keys follow the token bucket's layout, with the algorithm in the prefix:

@@ -91,7 +91,7 @@ func TestSweepDropsOnlyFullBucketsAndChangesNoAnswer(t *testing.T) {
 }
 
 func TestSweepRunsInTheBackgroundAndStopsAtClose(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before, sweepersBefore := runtime.NumGoroutine(), sweepers()
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now, SweepInterval: time.Millisecond})
 	s.Check(context.Background(), sluice.Request{Key: "k", Cost: 1, Rules: rules(1000, 1)})
@@ -105,11 +105,31 @@ func TestSweepRunsInTheBackgroundAndStopsAtClose(t *testing.T) {
 	}
 	s.Close()
 	s.Close() // idempotent
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	// The sweeper has signalled it is done when Close returns, but it may
+	// not have exited yet: the goroutines are polled until the count is
+	// back and there are no more sweepers than before (other tests leave
+	// stores open), with a generous deadline for a loaded machine. A
+	// sweeper that never stops fails it.
+	stopped := func() bool {
+		return runtime.NumGoroutine() <= before && sweepers() <= sweepersBefore
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for !stopped() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !stopped() {
+		t.Fatalf("%d goroutines (%d sweepers) 10 s after Close, %d (%d) before:\n%s",
+			runtime.NumGoroutine(), sweepers(), before, sweepersBefore, stacks())
 	}
 }
+
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// sweepers counts the goroutines running a store's background sweep.
+func sweepers() int { return strings.Count(stacks(), ").sweepEvery(") }
 
 func TestRulesChangedStartAFreshState(t *testing.T) {
 	s := New(Options{SweepInterval: -1})

@@ -4,15 +4,22 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
+// clientTimeout replaces the default timeout of 50 ms, which bounds the
+// dial (with the TLS handshake under it) and every read: a loaded machine
+// takes longer, and a ping fails with an i/o timeout instead of the answer
+// under test. These tests are about the answers, not the timeout.
+const clientTimeout = 10 * time.Second
+
 func TestNewClientFromURLWithACLUser(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithACLUser("limiter", "s3cret"))
-	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL()})
+	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), Timeout: clientTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +32,7 @@ func TestNewClientFromURLWithACLUser(t *testing.T) {
 		t.Fatalf("check as an ACL user: %+v, %v", r, err)
 	}
 
-	bad, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), Password: "wrong"})
+	bad, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), Password: "wrong", Timeout: clientTimeout})
 	defer bad.Close()
 	if err := redisstore.Ping(ctx, bad); !errors.Is(err, redisstore.ErrCredentials) || !strings.Contains(err.Error(), "password") {
 		t.Fatalf("wrong password: %v", err)
@@ -34,7 +41,7 @@ func TestNewClientFromURLWithACLUser(t *testing.T) {
 
 func TestNewClientTLS(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithTLS())
-	good, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), CACertFile: srv.CACertFile()})
+	good, err := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), CACertFile: srv.CACertFile(), Timeout: clientTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +49,12 @@ func TestNewClientTLS(t *testing.T) {
 	if err := redisstore.Ping(ctx, good); err != nil {
 		t.Fatalf("with the CA: %v", err)
 	}
-	untrusted, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL()})
+	untrusted, _ := redisstore.NewClient(redisstore.ClientOptions{URL: srv.URL(), Timeout: clientTimeout})
 	defer untrusted.Close()
 	if err := redisstore.Ping(ctx, untrusted); !errors.Is(err, redisstore.ErrCertificate) {
 		t.Fatalf("without the CA: %v", err)
 	}
-	plain, _ := redisstore.NewClient(redisstore.ClientOptions{URL: strings.Replace(srv.URL(), "rediss://", "redis://", 1)})
+	plain, _ := redisstore.NewClient(redisstore.ClientOptions{URL: strings.Replace(srv.URL(), "rediss://", "redis://", 1), Timeout: clientTimeout})
 	defer plain.Close()
 	if err := redisstore.Ping(ctx, plain); err == nil {
 		t.Fatal("plain TCP to a TLS port answered")

@@ -275,7 +275,16 @@ func TestCoalescingCloseUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Close once the load is under way: a fixed sleep may end before a
+	// loaded machine answered a check, so the answers are counted instead,
+	// with a generous deadline.
+	deadline := time.Now().Add(30 * time.Second)
+	for answered.Load() < 320 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if answered.Load() == 0 {
+		t.Fatal("no check answered in 30 s")
+	}
 	rs.Close()
 	wg.Wait()
 	t.Logf("%d checks answered, then %d callers refused", answered.Load(), refused.Load())

@@ -18,8 +18,10 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// The rule the processes share: far below what 64 callers ask for.
-var sharedRule = []sluice.Rule{{Rate: 200, Burst: 100}}
+// The rule the processes share: far below what 64 callers ask for, even
+// on a loaded machine (one that made only about 320 checks a second of a
+// key was seen), so the callers press on it however slow the machine.
+var sharedRule = []sluice.Rule{{Rate: 50, Burst: 25}}
 
 const (
 	processes  = 4
@@ -157,20 +159,26 @@ func runProcesses(t *testing.T, addrs []string, cluster, coalesce bool, keys []s
 }
 
 // assertBound checks burst + rate × elapsed + 1 from above, and from below
-// that the callers did press on the limit (else the test proves nothing):
-// they asked for at least twice what the rule allows, and got at least
-// half of it (a loaded machine stalls callers, and a stalled bucket fills
-// up and wastes tokens, so the lower side is loose on purpose).
+// that the callers did press on the limit, else the test proves nothing.
+// The bound can catch a broken limit (one that is not shared, say) only if
+// the callers asked for more than it: a limit that admits more admits
+// min(asked, its own limit). So they must have asked for half as much
+// again as the bound, and been admitted at least half of it (a loaded
+// machine stalls callers, and a stalled bucket fills up and wastes tokens,
+// so the lower side is loose on purpose). Neither needs the machine to be
+// fast: the rule is far below what even a loaded one asks.
 func assertBound(t *testing.T, key string, admitted, asked int64, elapsed time.Duration) {
 	t.Helper()
 	r := sharedRule[0]
 	upper := float64(r.Burst) + r.Rate*elapsed.Seconds() + 1
-	t.Logf("key %s: admitted %d of %d over %v; bound %.0f", key, admitted, asked, elapsed.Round(time.Millisecond), upper)
+	t.Logf("key %s: admitted %d of %d over %v (%.0f checks a second); bound %.0f",
+		key, admitted, asked, elapsed.Round(time.Millisecond), float64(asked)/elapsed.Seconds(), upper)
 	if float64(admitted) > upper {
 		t.Errorf("key %s: admitted %d, more than burst + rate × elapsed + 1 = %.1f", key, admitted, upper)
 	}
-	if float64(asked) < 2*upper || float64(admitted) < upper/2 {
-		t.Errorf("key %s: %d asked, %d admitted: the callers never pressed the limit of %.0f", key, asked, admitted, upper)
+	if float64(asked) < 1.5*upper || float64(admitted) < upper/2 {
+		t.Errorf("key %s: %d asked, %d admitted over %v: the callers never pressed the limit of %.0f",
+			key, asked, admitted, elapsed.Round(time.Millisecond), upper)
 	}
 }
 
