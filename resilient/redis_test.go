@@ -1,6 +1,7 @@
 package resilient_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -204,6 +205,9 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		probe     = 500 * time.Millisecond
 		instances = 4
 		downFor   = 2500 * time.Millisecond
+		// recoverWait is how long the test waits for Redis to decide
+		// again before it gives up (the bound asserted is far smaller).
+		recoverWait = 20 * probe
 	)
 	// Local: 25/s, burst 25. A local burst of a second's refill keeps the
 	// count exact even when the machine stalls the load for most of that.
@@ -212,7 +216,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	for _, mode := range []resilient.Mode{resilient.Open, resilient.Closed, resilient.Local} {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			s := newStore(t, redisstore.New(redisClient(t, srv), redisstore.Options{}), resilient.Options{
+			primary := &failureTimes{Store: redisstore.New(redisClient(t, srv), redisstore.Options{})}
+			s := newStore(t, primary, resilient.Options{
 				OnError: mode, Instances: instances, Timeout: deadline, ProbeInterval: probe, LogInterval: time.Second,
 			})
 			req := func(g, i int) sluice.Request {
@@ -233,7 +238,11 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			srv.Restart()
 			restarted := time.Now()
 			l.phase.Store(back)
-			for l.recovered.Load() == 0 && time.Since(restarted) < 3*probe {
+			// Wait for Redis to decide again with a generous deadline: how
+			// soon it did is measured below against the probe interval and
+			// the machine's stall; this wait only gives up on a Redis that
+			// never decides again.
+			for l.recovered.Load() == 0 && time.Since(restarted) < recoverWait {
 				time.Sleep(5 * time.Millisecond)
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -282,12 +291,22 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			}
 			rec := l.recovered.Load()
 			if rec == 0 {
-				t.Fatalf("Redis decided nothing within %v of its restart", 3*probe)
+				t.Fatalf("Redis decided nothing within %v of its restart", recoverWait)
 			}
 			took := time.Unix(0, rec).Sub(restarted)
-			t.Logf("Redis decides again %v after it answers (probe interval %v)", took.Round(time.Millisecond), probe)
-			if took > probe+margin+time.Duration(l.stall.Load()) {
-				t.Errorf("Redis decided again only %v after it came back, more than the probe interval %v + %v", took, probe, margin)
+			// A probe that the restarted Redis failed (on a busy machine
+			// its first calls, on new connections and with the script to
+			// load again, can pass the deadline) rightly holds the breaker
+			// open for another interval: count the interval from the last
+			// failed store call, if one came after the restart.
+			from := restarted
+			if f := primary.lastBefore(rec); f.After(from) {
+				from = f
+			}
+			since := time.Unix(0, rec).Sub(from)
+			t.Logf("Redis decides again %v after it answers, %v after the last failed store call (probe interval %v)", took.Round(time.Millisecond), since.Round(time.Millisecond), probe)
+			if since > probe+margin+time.Duration(l.stall.Load()) {
+				t.Errorf("Redis decided again only %v after it came back (%v after the last failed store call), more than the probe interval %v + %v + the machine's stall %v", took, since, probe, margin, time.Duration(l.stall.Load()))
 			}
 			if mode == resilient.Local {
 				// Real limiting is back: the shared bucket, not the local one.
@@ -309,6 +328,42 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 }
 
+// failureTimes is a store that remembers when each of its failed checks
+// returned.
+type failureTimes struct {
+	sluice.Store
+	mu    sync.Mutex
+	times []int64 // Unix ns
+}
+
+func (f *failureTimes) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	res, err := f.Store.Check(ctx, req)
+	if err != nil {
+		now := time.Now().UnixNano()
+		f.mu.Lock()
+		f.times = append(f.times, now)
+		f.mu.Unlock()
+	}
+	return res, err
+}
+
+// lastBefore returns the time the last failed check before ns (Unix ns)
+// returned, or the zero time.
+func (f *failureTimes) lastBefore(ns int64) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var last int64
+	for _, at := range f.times {
+		if at < ns && at > last {
+			last = at
+		}
+	}
+	if last == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, last)
+}
+
 // While the breaker is open the store is not called at all, checked two
 // ways: a counter around the Redis store, and INFO commandstats on the
 // restarted server; and a check costs next to nothing.
@@ -321,6 +376,9 @@ func TestOpenBreakerCallsNothing(t *testing.T) {
 		return sluice.Request{Key: fmt.Sprintf("user-%d", i%50), Cost: 1, Rules: []sluice.Rule{{Rate: 1000, Burst: 1000}}}
 	}
 	warmUp(t, s, req(0))
+	// The baseline: what a check that calls Redis costs in this run, on
+	// this machine, from the same four goroutines.
+	storeLats := checkLatencies(t, s, 4, 300*time.Millisecond, req)
 	srv.Kill()
 	for i := 0; s.State() != resilient.StateOpen; i++ {
 		if i > 10 {
@@ -334,29 +392,11 @@ func TestOpenBreakerCallsNothing(t *testing.T) {
 	srv.ResetStats(t)
 
 	// Load until shortly before the probe is due.
-	var mu sync.Mutex
-	var lats []time.Duration
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			var mine []time.Duration
-			for i := g; time.Since(opened) < probe-300*time.Millisecond; i += 4 {
-				start := time.Now()
-				if res, err := s.Check(ctx, req(i)); err != nil || !res.Allowed {
-					t.Errorf("open policy: %+v %v", res, err)
-					return
-				}
-				mine = append(mine, time.Since(start))
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	slices.Sort(lats)
+	lats := checkLatencies(t, s, 4, probe-300*time.Millisecond-time.Since(opened), req)
 	p50, p99, worst := lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1]
-	t.Logf("%d checks with the breaker open: p50 %v, p99 %v, max %v", len(lats), p50, p99, worst)
+	base50 := storeLats[len(storeLats)/2]
+	t.Logf("%d checks with the breaker open: p50 %v, p99 %v, max %v; %d checks on Redis before: p50 %v, p99 %v",
+		len(lats), p50, p99, worst, len(storeLats), base50, storeLats[len(storeLats)*99/100])
 	if n := primary.checks.Load() - calls; n != 0 {
 		t.Errorf("%d store calls with the breaker open", n)
 	}
@@ -364,8 +404,11 @@ func TestOpenBreakerCallsNothing(t *testing.T) {
 	if n := stats["evalsha"].Calls + stats["eval"].Calls; n != 0 {
 		t.Errorf("Redis ran %d scripts with the breaker open", n)
 	}
-	if p99 > time.Millisecond {
-		t.Errorf("p99 latency %v with the breaker open, want well under a millisecond", p99)
+	// Costs next to nothing: the typical open check is a fraction of
+	// the typical Redis check measured a moment before. Medians, not
+	// tails: a tail on a busy machine is the scheduler's, whatever runs.
+	if p50*openCheapness > base50 {
+		t.Errorf("p50 latency %v with the breaker open, not under 1/%d of a Redis check's p50 %v in this run", p50, openCheapness, base50)
 	}
 
 	// Once the interval has passed, a probe finds Redis and closes it. (The
@@ -384,6 +427,45 @@ func TestOpenBreakerCallsNothing(t *testing.T) {
 	if stats := srv.CommandStats(t); stats["evalsha"].Calls+stats["eval"].Calls == 0 {
 		t.Error("the probe did not reach Redis")
 	}
+}
+
+// openCheapness is how many times cheaper a typical check with the breaker
+// open must be than a typical check that calls Redis.
+const openCheapness = 10
+
+// checkLatencies runs goroutines that check for d, each with requests
+// req(g), req(g+goroutines), …, and returns the latencies of the checks,
+// sorted. A check that errs or refuses fails the test: the stores it is
+// used on admit everything.
+func checkLatencies(t *testing.T, s *resilient.Store, goroutines int, d time.Duration, req func(int) sluice.Request) []time.Duration {
+	t.Helper()
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for g := range goroutines {
+		wg.Go(func() {
+			var mine []time.Duration
+			// At least one check each, however late the goroutine runs.
+			for i := g; len(mine) == 0 || time.Now().Before(end); i += goroutines {
+				start := time.Now()
+				if res, err := s.Check(ctx, req(i)); err != nil || !res.Allowed {
+					t.Errorf("check: %+v %v", res, err)
+					return
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(lats) == 0 {
+		t.FailNow()
+	}
+	slices.Sort(lats)
+	return lats
 }
 
 // 20,000 checks from one denied key, from eight goroutines over about two

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,37 +174,53 @@ func TestAdminOverrideAcrossGateways(t *testing.T) {
 			t.Fatalf("gateway %d: acme's payments limit is %d before any override, want 3", i, got)
 		}
 	}
-	// waitAll measures how long each gateway takes to show want.
-	waitAll := func(what string, want int64, since time.Time, bound time.Duration) {
+	// waitAll measures how long each gateway takes to show want, from
+	// since, the moment the change was sent; took is how long the change
+	// itself took to answer. A gateway's time is the start of its last
+	// check that still showed the old limit (it took at least that long;
+	// the check's own round trip, slow on a loaded machine, is not the
+	// gateway's lag), measured against the bound: the second the design
+	// promises, plus twenty times took and twice the longest the machine
+	// kept a goroutine that only sleeps from running meanwhile (a gateway
+	// that polls every 250 ms is late by what its ticker and its reads were
+	// kept waiting, which a starved machine stretches).
+	waitAll := func(what string, want int64, since time.Time, took time.Duration) {
 		t.Helper()
+		stall, stop := stallMeter()
+		defer stop()
 		var slowest time.Duration
 		for i, gw := range gws {
-			for gw.limit(t, "acme") != want {
-				if time.Since(since) > bound+5*time.Second {
+			var lag time.Duration
+			for {
+				at := time.Now()
+				if gw.limit(t, "acme") == want {
+					break
+				}
+				lag = at.Sub(since)
+				if time.Since(since) > 30*time.Second {
 					t.Fatalf("%s: gateway %d still shows another limit than %d after %v", what, i, want, time.Since(since))
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			slowest = max(slowest, time.Since(since))
+			slowest = max(slowest, lag)
 		}
-		t.Logf("%s: applied by all %d gateways within %v (bound %v)", what, len(gws), slowest, bound)
+		bound := time.Second + 20*took + 2*stall()
+		t.Logf("%s: applied by all %d gateways within %v of the change (bound %v: the change answered in %v, the longest stall was %v)",
+			what, len(gws), slowest, bound, took, stall())
 		if slowest > bound {
 			t.Errorf("%s: the slowest gateway took %v, above the bound %v", what, slowest, bound)
 		}
 	}
-	// The bound: the second the design promises, plus twenty times what
-	// the change itself took to answer, a measure of how loaded the
-	// machine is.
 	put := func(gw *adminGW, body string) (time.Time, time.Duration) {
 		t0 := time.Now()
 		code, b := gw.call(t, "PUT", "/v1/admin/overrides/acme", body, "X-Sluice-Actor", "sales-bot")
 		if code != 200 {
 			t.Fatalf("PUT: %d %s", code, b)
 		}
-		return t0, time.Second + 20*time.Since(t0)
+		return t0, time.Since(t0)
 	}
-	t0, bound := put(gws[0], `{"policies":{"payments":[{"rate":"100/h","burst":50}]}}`)
-	waitAll("set on gateway 0", 50, t0, bound)
+	t0, took := put(gws[0], `{"policies":{"payments":[{"rate":"100/h","burst":50}]}}`)
+	waitAll("set on gateway 0", 50, t0, took)
 
 	for _, gw := range gws {
 		gw.stop()
@@ -224,13 +241,39 @@ func TestAdminOverrideAcrossGateways(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("DELETE: %d %s", code, body)
 	}
-	waitAll("delete on gateway 1", 3, t0, time.Second+20*time.Since(t0))
+	waitAll("delete on gateway 1", 3, t0, time.Since(t0))
 	if code, body := gws[0].call(t, "GET", "/v1/admin/overrides", ""); code != 200 || body != "{\"overrides\":[]}\n" {
 		t.Errorf("list after delete: %d %s", code, body)
 	}
 	if code, _ := gws[0].call(t, "GET", "/v1/admin/overrides/acme", ""); code != 404 {
 		t.Errorf("GET of a deleted override: %d, want 404", code)
 	}
+}
+
+// stallMeter measures, until stop, the longest a goroutine that only
+// sleeps a millisecond at a time was kept from running beyond its sleep:
+// how starved the machine is.
+func stallMeter() (longest func() time.Duration, stop func()) {
+	var worst atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(time.Millisecond)
+			if over := int64(time.Since(start) - time.Millisecond); over > worst.Load() {
+				worst.Store(over)
+			}
+		}
+	})
+	var once sync.Once
+	return func() time.Duration { return time.Duration(worst.Load()) },
+		func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // TestAdminOverrideRedisDown: while Redis is down a gateway keeps the
@@ -244,15 +287,28 @@ func TestAdminOverrideRedisDown(t *testing.T) {
 	if code, body := a.call(t, "PUT", "/v1/admin/overrides/acme", `{"policies":{"payments":[{"rate":"1/h","burst":7}]}}`); code != 200 {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, ok := b.g.overrides.Rules("payments", "acme"); ok || time.Now().After(deadline) {
+		if _, ok := b.g.overrides.Rules("payments", "acme"); ok {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway b never read the override")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Wait for gateway b to have tried a read with Redis down (it logs the
+	// first failure of a run of them), however long a starved machine
+	// delays its poll: what it holds is checked after that read, not
+	// after a fixed sleep.
+	const failedRead = "cannot read the runtime overrides"
+	failedBefore := strings.Count(b.log.String(), failedRead)
 	srv.Stop()
-	time.Sleep(3 * overridePoll)
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(b.log.String(), failedRead) == failedBefore; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway b did not log a failed read within 20s of Redis stopping:\n%s", b.log.String())
+		}
+	}
 	if rs, ok := b.g.overrides.Rules("payments", "acme"); !ok || rs[0].Burst != 7 {
 		t.Errorf("with Redis down gateway b holds %v %v, want the override it read (burst 7)", rs, ok)
 	}
@@ -262,11 +318,8 @@ func TestAdminOverrideRedisDown(t *testing.T) {
 	if code, body := a.call(t, "POST", "/v1/admin/reset/acme", ""); code != http.StatusServiceUnavailable {
 		t.Errorf("reset with Redis down (on_error: open): %d %s, want 503", code, body)
 	}
-	if rs, _ := a.g.overrides.Rules("payments", "acme"); rs[0].Burst != 7 {
+	if rs, _ := a.g.overrides.Rules("payments", "acme"); len(rs) != 1 || rs[0].Burst != 7 {
 		t.Errorf("a refused PUT changed gateway a's override to %v", rs)
-	}
-	if !strings.Contains(b.log.String(), "cannot read the runtime overrides") {
-		t.Errorf("gateway b did not log the failed read:\n%s", b.log.String())
 	}
 	srv.Restart()
 	deadline = time.Now().Add(20 * time.Second)

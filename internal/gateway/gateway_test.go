@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -176,15 +177,43 @@ func TestShadowInMetrics(t *testing.T) {
 
 // TestPacedThroughTheGateway: with max_delay the requests beyond the burst
 // really wait and are served, not rejected.
+//
+// The four requests go at once, so each is decided before the previous
+// one's hold ends: the k-th is delayed unless the machine kept it from
+// being decided for k intervals (200 ms each), where requests one after
+// the other at 50/s were counted as allowed whenever a round trip took
+// longer than 20 ms.
 func TestPacedThroughTheGateway(t *testing.T) {
-	_, gw, admin := newGateway(t, "policies:\n  - {name: paced, match: /, max_delay: 1s, anonymous: [{rate: 50/s, burst: 1}]}\n")
-	for i := range 4 {
-		if code, _ := status(t, gw.URL+"/x"); code != 404 {
+	const n, interval = 4, 200 * time.Millisecond // rate 5/s
+	_, gw, admin := newGateway(t, "policies:\n  - {name: paced, match: /, max_delay: 2s, anonymous: [{rate: 5/s, burst: 1}]}\n")
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			resp, err := http.Get(gw.URL + "/x")
+			if err != nil {
+				t.Errorf("paced request %d: %v", i, err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for i, code := range codes {
+		if code != 404 { // no upstream: 404 is the pass
 			t.Fatalf("paced request %d: %d, want it served", i, code)
 		}
 	}
-	if m := scrape(t, admin.URL); !strings.Contains(m, `sluice_decisions_total{outcome="delayed",policy="paced"} 3`) {
-		t.Errorf("/metrics does not count 3 delayed requests:\n%s", m)
+	// The last one was held until its turn: n-1 intervals after the first.
+	if elapsed < (n-1)*interval-10*time.Millisecond {
+		t.Errorf("%d paced requests served in %v, want at least %v: they were not held", n, elapsed, (n-1)*interval)
+	}
+	if m := scrape(t, admin.URL); !strings.Contains(m, fmt.Sprintf(`sluice_decisions_total{outcome="delayed",policy="paced"} %d`, n-1)) {
+		t.Errorf("/metrics does not count %d delayed requests:\n%s", n-1, grepLines(m, "sluice_decisions_total"))
 	}
 }
 
