@@ -110,13 +110,15 @@ const storeDeadline = 50 * time.Millisecond
 //     the first request sent to the end of the last one admitted (a paced
 //     request is admitted when its reserved token is due, so its wait is
 //     inside);
-//   - every decision by on_error is one whose call to Redis timed out;
+//   - every decision by on_error is one whose call to Redis timed out, or
+//     one made while a breaker those timeouts opened was open;
 //   - and none timed out, and nothing waited so long for a call slot that
 //     the local bucket decided it (busy), when Redis itself answered
 //     within the deadline throughout. A machine this busy can keep redis-server from running
 //     for longer than the 50ms deadline; a Redis that does not answer
-//     within the deadline is, to the gateway, a Redis that failed. A
-//     prober of the test's own (PING in a loop) measures that, and a run
+//     within the deadline is, to the gateway, a Redis that failed (and so
+//     is one whose answer a stalled gateway reads late). A prober of the
+//     test's own (PING in a loop, and this process's stalls) measures that, and a run
 //     during which Redis did not answer it in time is measured again (three
 //     times at most; then that one assertion is left out and logged).
 func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float64, run func(*tally)) {

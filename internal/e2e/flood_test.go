@@ -113,7 +113,7 @@ func TestKeyFlood(t *testing.T) {
 		if failed+busy > 0 {
 			victimBound += 2 // the guard's slack: ceil(10/s × 50ms) + 1
 		}
-		t.Logf("attempt %d: %d flood keys answered over %v (%.0f a second), %d failed; victim admitted %d of %d (bound %.1f); without the store: %v by on_error (%v timeouts, %v errors), %v busy; Redis's longest silence to a prober %v",
+		t.Logf("attempt %d: %d flood keys answered over %v (%.0f a second), %d failed; victim admitted %d of %d (bound %.1f); without the store: %v by on_error (%v timeouts, %v errors), %v busy; Redis's longest silence to a prober (or this process's stall) %v",
 			attempt, answered, elapsed.Round(time.Millisecond), float64(answered)/elapsed.Seconds(), failedFlood.Load(),
 			victimAllowed, victimAsked, victimBound, failed, timeouts, errs, busy, silence.Round(time.Millisecond))
 		if failedFlood.Load() > 0 {

@@ -67,6 +67,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			// this process during the outage (both measured), plus slack:
 			// never the seconds a client library's own timeouts would take.
 			bound := deadline + margin + before.slowest + 2*stalled
+			t.Logf("slowest during the outage %v, bound %v (stall %v)", during.slowest.Round(time.Millisecond), bound.Round(time.Millisecond), stalled.Round(time.Millisecond))
 			if during.slowest > bound {
 				t.Errorf("a request waited %v during the outage; the deadline is %v, the bound %v (slowest before %v, stall %v)", during.slowest, deadline, bound, before.slowest, stalled)
 			}
