@@ -41,12 +41,11 @@ func startRLS(t *testing.T, redis *redistest.Server, files map[string]string) *r
 			t.Fatal(err)
 		}
 	}
-	addr := freePort(t)
 	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 10s}", redis.URL())
-	section := fmt.Sprintf("envoy_rls:\n  listen: %s\n  config_dir: %q", addr, dir)
+	section := fmt.Sprintf("envoy_rls:\n  listen: 127.0.0.1:0\n  config_dir: %q", dir)
 	g := startGateway(t, upstream(t), store, section)
-	waitGRPCHealthy(t, addr, g)
-	return &rls{gateway: g, grpc: addr}
+	waitGRPCHealthy(t, g.rlsAddr, g)
+	return &rls{gateway: g, grpc: g.rlsAddr}
 }
 
 func waitGRPCHealthy(t *testing.T, addr string, g *gateway) {

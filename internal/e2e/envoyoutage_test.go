@@ -120,11 +120,10 @@ func startRLSStore(t *testing.T, store string, files map[string]string) *rls {
 			t.Fatal(err)
 		}
 	}
-	addr := freePort(t)
-	section := fmt.Sprintf("envoy_rls:\n  listen: %s\n  config_dir: %q", addr, dir)
+	section := fmt.Sprintf("envoy_rls:\n  listen: 127.0.0.1:0\n  config_dir: %q", dir)
 	g := startPlainGateway(t, upstream(t), store, section)
-	waitGRPCHealthy(t, addr, g)
-	return &rls{gateway: g, grpc: addr}
+	waitGRPCHealthy(t, g.rlsAddr, g)
+	return &rls{gateway: g, grpc: g.rlsAddr}
 }
 
 // loadRLS runs outageCallers callers for d, spread over the clients, each
@@ -169,19 +168,6 @@ func loadRLS(clients []rlsv3.RateLimitServiceClient, value string, d time.Durati
 	wg.Wait()
 	run.lag = <-lagDone
 	return run
-}
-
-// watchLag returns how late, at worst, a 5ms timer of this process fired
-// until ctx ends.
-func watchLag(ctx context.Context) time.Duration {
-	const tick = 5 * time.Millisecond
-	var worst time.Duration
-	for ctx.Err() == nil {
-		start := time.Now()
-		time.Sleep(tick)
-		worst = max(worst, time.Since(start)-tick)
-	}
-	return worst
 }
 
 func hasHeader(hs []*corev3.HeaderValue, name string) bool {

@@ -3,14 +3,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,21 +55,30 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // gateway is one running `sluice serve`.
 type gateway struct {
-	traffic, admin string
+	traffic, admin string // host:port, as the gateway logged it bound them
+	rlsAddr        string // host:port of envoy_rls, when the configuration has it
 	cmd            *exec.Cmd
 	out            *syncBuffer
+	exited         chan struct{} // closed when the process has exited
+}
+
+// logCount reports how many lines of the gateway's log so far hold msg.
+func (g *gateway) logCount(msg string) int {
+	return strings.Count(g.out.String(), msg)
+}
+
+// serving returns the attributes of the gateway's (JSON) log line whose
+// msg is msg, or nil while there is none.
+func (g *gateway) serving(msg string) map[string]any {
+	for _, line := range strings.Split(g.out.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			return rec
+		}
+	}
+	return nil
 }
 
 type syncBuffer struct {
@@ -105,34 +115,59 @@ func startPlainGateway(t *testing.T, upstream, store, policies string) *gateway 
 	return startGatewayBinary(t, bin, upstream, store, policies)
 }
 
+// startGatewayBinary runs binary serve with every listener on port 0 of
+// 127.0.0.1 and reads the addresses it bound from its startup log lines
+// ("sluice: serving", and "sluice: serving Envoy's rate limit service" when
+// policies has an envoy_rls section, whose listen must be 127.0.0.1:0 too):
+// no port is picked in advance for another process to take meanwhile.
 func startGatewayBinary(t *testing.T, binary, upstream, store, policies string) *gateway {
 	t.Helper()
-	g := &gateway{traffic: freePort(t), admin: freePort(t), out: &syncBuffer{}}
-	cfg := fmt.Sprintf("listen: %s\nadmin_listen: %s\ndecision_api: {listen: 127.0.0.1:0, on_traffic_listener: true}\nupstream: %s\n%s\n%s\n", g.traffic, g.admin, upstream, store, policies)
+	g := &gateway{out: &syncBuffer{}, exited: make(chan struct{})}
+	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0, on_traffic_listener: true}\nupstream: %s\n%s\n%s\n", upstream, store, policies)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g.cmd = exec.Command(binary, "serve", "--config", path)
+	g.cmd = exec.Command(binary, "serve", "--config", path, "--log-format", "json")
 	g.cmd.Stdout, g.cmd.Stderr = g.out, g.out
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		g.cmd.Wait()
+		close(g.exited)
+	}()
 	t.Cleanup(func() {
 		g.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- g.cmd.Wait() }()
 		select {
-		case <-done:
+		case <-g.exited:
 		case <-time.After(10 * time.Second):
 			g.cmd.Process.Kill()
-			<-done
+			<-g.exited
 		}
 		if t.Failed() {
 			t.Logf("gateway %s output:\n%s", g.traffic, g.out.String())
 		}
 	})
+	wantRLS := strings.Contains(policies, "envoy_rls:")
 	deadline := time.Now().Add(20 * time.Second)
+	for g.traffic == "" || (wantRLS && g.rlsAddr == "") {
+		if rec := g.serving("sluice: serving"); rec != nil {
+			g.traffic, _ = rec["listen"].(string)
+			g.admin, _ = rec["admin_listen"].(string)
+		}
+		if rec := g.serving("sluice: serving Envoy's rate limit service"); rec != nil {
+			g.rlsAddr, _ = rec["envoy_rls_listen"].(string)
+		}
+		select {
+		case <-g.exited:
+			t.Fatalf("gateway exited during start (%v):\n%s", g.cmd.ProcessState, g.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) && (g.traffic == "" || (wantRLS && g.rlsAddr == "")) {
+			t.Fatalf("gateway logged no listen addresses within 20s:\n%s", g.out.String())
+		}
+	}
 	for {
 		resp, err := http.Get("http://" + g.admin + "/healthz")
 		if err == nil {
@@ -163,7 +198,8 @@ type tally struct {
 	slowest time.Duration
 	first   time.Time
 	last    time.Time
-	lastOK  time.Time // the end of the last request answered 200
+	lastOK  time.Time   // the end of the last request answered 200
+	ends    []time.Time // when each answer came, in no particular order
 }
 
 func (t *tally) add(code int, start time.Time, took time.Duration) {
@@ -178,12 +214,36 @@ func (t *tally) add(code int, start time.Time, took time.Duration) {
 		t.first = start
 	}
 	end := start.Add(took)
+	t.ends = append(t.ends, end)
 	if end.After(t.last) {
 		t.last = end
 	}
 	if code == http.StatusOK && end.After(t.lastOK) {
 		t.lastOK = end
 	}
+}
+
+// idle returns how much of the run a bucket of burst and rate spent full,
+// at most: the time beyond burst/rate (how long an empty bucket takes to
+// fill) of each gap between consecutive answers, and before the first.
+// While no answer came, a busy machine may have let no request be decided,
+// and a full bucket refills nothing; those tokens were never the load's to
+// take.
+func (t *tally) idle(burst, rate float64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ends := slices.Clone(t.ends)
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	fill := time.Duration(burst / rate * float64(time.Second))
+	var idle time.Duration
+	prev := t.first
+	for _, e := range ends {
+		if gap := e.Sub(prev); gap > fill {
+			idle += gap - fill
+		}
+		prev = e
+	}
+	return idle
 }
 
 func (t *tally) get(code int) int64 {
@@ -269,12 +329,23 @@ func threeGateways(t *testing.T, store string) {
 	elapsed := tl.last.Sub(tl.first)
 	admitted, denied := tl.get(200), tl.get(429)
 	bound := (50 + 100*elapsed.Seconds()) * 1.01
-	t.Logf("%s over %v: admitted %d, denied %d; bound %.0f", tl.String(), elapsed.Round(time.Millisecond), admitted, denied, bound)
+	// The limit is shared, not divided: the three together admit about
+	// the rate over the time the load kept the bucket from filling up. A
+	// busy machine may have sent or decided nothing for a while (a gap
+	// between answers longer than the bucket takes to fill): those
+	// refills were never offered to the load, so they are left out of the
+	// time measured. Half of that still fails a limit split three ways.
+	idle := tl.idle(50, 100)
+	low := 100 * (elapsed - idle).Seconds() / 2
+	t.Logf("%s over %v (idle %v): admitted %d, denied %d; bounds %.0f to %.0f", tl.String(), elapsed.Round(time.Millisecond), idle.Round(time.Millisecond), admitted, denied, low, bound)
 	if float64(admitted) > bound {
 		t.Errorf("admitted %d through three gateways, more than burst + rate × elapsed + 1%% = %.0f", admitted, bound)
 	}
-	if denied < admitted || float64(admitted) < bound/2 {
+	if denied < admitted {
 		t.Errorf("admitted %d, denied %d: the load never pressed the limit", admitted, denied)
+	}
+	if float64(admitted) < low {
+		t.Errorf("admitted %d through three gateways, less than half of rate × the %v the load pressed the limit = %.0f: the limit is not shared whole", admitted, (elapsed - idle).Round(time.Millisecond), low)
 	}
 	if other := tl.status[0] + tl.status[500] + tl.status[502] + tl.status[503]; other > 0 {
 		t.Errorf("%d requests failed: %s", other, tl.String())
