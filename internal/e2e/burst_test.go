@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
 )
 
 // raiseFileLimit lifts the soft limit on open files to the hard limit: a
@@ -163,12 +164,12 @@ func measure(t *testing.T, srv *redistest.Server, gw *gateway, burst, rate float
 
 // probeRedis PINGs srv in a loop until the returned function is called,
 // which returns the longest time Redis took to answer, or the longest this
-// process was stalled (stallWatch) if longer: a machine that stalls the
+// process was stalled (stall.Watch) if longer: a machine that stalls the
 // test's process as long may stall the gateway's as long, and a gateway
 // stalled between sending a call and reading its answer sees a timeout
 // however fast Redis answered.
 func probeRedis(t *testing.T, srv *redistest.Server) func() time.Duration {
-	stalled := stallWatch()
+	stalled := stall.Start().Stop
 	o := srv.Options()
 	o.ReadTimeout = 10 * time.Second
 	c := redis.NewClient(o)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
 )
 
 // outageDomain has one descriptor per failure policy, each a token bucket
@@ -134,8 +135,7 @@ func loadRLS(clients []rlsv3.RateLimitServiceClient, value string, d time.Durati
 	run := &rlsRun{start: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	lagDone := make(chan time.Duration)
-	go func() { lagDone <- watchLag(ctx) }()
+	lag := stall.Start()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var turn atomic.Int64
@@ -166,7 +166,7 @@ func loadRLS(clients []rlsv3.RateLimitServiceClient, value string, d time.Durati
 		}()
 	}
 	wg.Wait()
-	run.lag = <-lagDone
+	run.lag = lag.Stop()
 	return run
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
 )
 
 // Redis dies under load and comes back: each failure policy does what it
@@ -50,7 +51,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				t.Fatalf("before the outage no request was limited: %s", before)
 			}
 			srv.Kill()
-			lag := stallWatch()
+			lag := stall.Start().Stop
 			during := run(outage)
 			stalled := lag()
 			for _, g := range gws {
@@ -103,7 +104,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			// second; once a probe answers on every gateway, the (empty,
 			// restarted) Redis decides again.
 			back := time.Duration(-1)
-			recoveryLag := stallWatch()
+			recoveryLag := stall.Start().Stop
 			var slowestGet time.Duration // how long the gateways made a request wait meanwhile
 			for time.Since(restarted) < 10*time.Second {
 				closed := 0
@@ -194,42 +195,5 @@ func TestDenialFloodBarelyReachesRedis(t *testing.T) {
 	}
 	if perGateway > 5 {
 		t.Errorf("%.1f Redis calls per gateway per retry interval; want a handful (≤ 5)", perGateway)
-	}
-}
-
-// stallWatch measures, until the returned function is called, the longest
-// this process went between two wake-ups of a 5 ms ticker beyond the tick
-// itself, and returns it: how long a busy machine stalled the test itself.
-// It is the gap between consecutive wake-ups that counts, so a stall while
-// the watcher is between two waits is seen too.
-func stallWatch() func() time.Duration {
-	ctx, cancel := context.WithCancel(context.Background())
-	worst := make(chan time.Duration, 1)
-	go func() { worst <- watchLag(ctx) }()
-	return func() time.Duration {
-		cancel()
-		return <-worst
-	}
-}
-
-// watchLag returns the longest gap between two consecutive wake-ups of a
-// 5 ms timer of this process, less the tick, until ctx ends.
-func watchLag(ctx context.Context) time.Duration {
-	const tick = 5 * time.Millisecond
-	var worst time.Duration
-	timer := time.NewTimer(tick)
-	defer timer.Stop()
-	prev := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			// The gap up to now counts too: a stall at the very end.
-			return max(worst, time.Since(prev)-tick)
-		case <-timer.C:
-		}
-		now := time.Now()
-		worst = max(worst, now.Sub(prev)-tick)
-		prev = now
-		timer.Reset(tick)
 	}
 }

@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"
@@ -186,8 +186,8 @@ func TestAdminOverrideAcrossGateways(t *testing.T) {
 	// kept waiting, which a starved machine stretches).
 	waitAll := func(what string, want int64, since time.Time, took time.Duration) {
 		t.Helper()
-		stall, stop := stallMeter()
-		defer stop()
+		stalls := stall.Start()
+		defer stalls.Stop()
 		var slowest time.Duration
 		for i, gw := range gws {
 			var lag time.Duration
@@ -204,9 +204,9 @@ func TestAdminOverrideAcrossGateways(t *testing.T) {
 			}
 			slowest = max(slowest, lag)
 		}
-		bound := time.Second + 20*took + 2*stall()
+		bound := time.Second + 20*took + 2*stalls.Longest()
 		t.Logf("%s: applied by all %d gateways within %v of the change (bound %v: the change answered in %v, the longest stall was %v)",
-			what, len(gws), slowest, bound, took, stall())
+			what, len(gws), slowest, bound, took, stalls.Longest())
 		if slowest > bound {
 			t.Errorf("%s: the slowest gateway took %v, above the bound %v", what, slowest, bound)
 		}
@@ -248,32 +248,6 @@ func TestAdminOverrideAcrossGateways(t *testing.T) {
 	if code, _ := gws[0].call(t, "GET", "/v1/admin/overrides/acme", ""); code != 404 {
 		t.Errorf("GET of a deleted override: %d, want 404", code)
 	}
-}
-
-// stallMeter measures, until stop, the longest a goroutine that only
-// sleeps a millisecond at a time was kept from running beyond its sleep:
-// how starved the machine is.
-func stallMeter() (longest func() time.Duration, stop func()) {
-	var worst atomic.Int64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			start := time.Now()
-			time.Sleep(time.Millisecond)
-			if over := int64(time.Since(start) - time.Millisecond); over > worst.Load() {
-				worst.Store(over)
-			}
-		}
-	})
-	var once sync.Once
-	return func() time.Duration { return time.Duration(worst.Load()) },
-		func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // TestAdminOverrideRedisDown: while Redis is down a gateway keeps the
