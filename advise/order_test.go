@@ -15,24 +15,14 @@ import (
 	"time"
 )
 
-// realLogs is where the real access logs are: ../shared/logs beside the
-// module, as CI lays it out, or $SLUICE_SHARED_LOGS. A test that needs them
-// fails when they are missing: they are the point of the test.
+// realLogs is the directory of the real access logs the tests read, kept in
+// the repository (testdata/reallogs, with their source and licence in its
+// README) so that a fresh clone needs nothing beside it.
 func realLogs(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("SLUICE_SHARED_LOGS")
-	if dir == "" {
-		root, err := filepath.Abs("..") // the package's parent is the module root
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-			t.Fatalf("module root %s has no go.mod: %v", root, err)
-		}
-		dir = filepath.Join(root, "..", "shared", "logs")
-	}
+	dir := filepath.Join("testdata", "reallogs")
 	if _, err := os.Stat(filepath.Join(dir, "apache_combined_2015.log")); err != nil {
-		t.Fatalf("the real logs are missing (%v): CI lays shared/ beside the clone; elsewhere set SLUICE_SHARED_LOGS to the directory holding them", err)
+		t.Fatalf("the real logs are missing from the repository: %v", err)
 	}
 	return dir
 }
