@@ -26,6 +26,7 @@ const maxLine = chunkSize
 // source is one input: a file, or standard input ("-").
 type source struct {
 	name  string
+	file  int   // index of the input among the run's names (a segment keeps its file's)
 	size  int64 // bytes on disk, 0 when unknown
 	first int64 // timestamp of the first parseable line, for ordering
 	// start and end delimit the part read, in bytes of the decompressed
@@ -261,15 +262,15 @@ func (pl *pipeline) run(fn func(b *batch) error) error {
 
 // read cuts the sources into batches of whole lines.
 func (pl *pipeline) read(free, work, ordered chan *batch, stop chan struct{}) error {
-	for i, src := range pl.sources {
-		if err := pl.readSource(i, src, free, work, ordered, stop); err != nil {
+	for _, src := range pl.sources {
+		if err := pl.readSource(src, free, work, ordered, stop); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *batch, stop chan struct{}) error {
+func (pl *pipeline) readSource(src source, free, work, ordered chan *batch, stop chan struct{}) error {
 	var in io.Reader
 	skip := src.start // bytes to decompress and drop before the segment
 	if src.name == "-" {
@@ -327,7 +328,7 @@ func (pl *pipeline) readSource(idx int, src source, free, work, ordered chan *ba
 			pl.mu.Unlock()
 			eof = true
 		}
-		b.file, b.endOfFile, b.long = idx, eof, 0
+		b.file, b.endOfFile, b.long = src.file, eof, 0
 		data := b.buf
 		carry = carry[:0]
 		if skipping {

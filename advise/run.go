@@ -118,6 +118,7 @@ func Run(o Options) (*Report, error) {
 	var total int64
 	for i, s := range srcs {
 		names[i] = s.name
+		srcs[i].file = i
 		total += s.size
 	}
 	rep.Inputs = names
