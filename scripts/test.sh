@@ -16,8 +16,11 @@ echo "== go vet"
 go vet ./...
 echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
-echo "== go test -race"
-go test -race -count=1 -timeout 30m ./...
+echo "== go test -race ($(go list ./... | wc -l) packages; a line as each ends, and every 30 s what is still running)"
+progress=$(mktemp -d)/testprogress
+trap 'rm -rf "$(dirname "$progress")"' EXIT
+go build -o "$progress" ./scripts/testprogress
+go test -json -race -count=1 -timeout 30m ./... 2>&1 | "$progress" -every 30s
 echo "== bench module: vet, staticcheck, its tests and one pass of every benchmark (no timing is checked)"
 (
   cd bench
