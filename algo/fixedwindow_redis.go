@@ -40,7 +40,7 @@ type fixedWindowRedis struct {
 	prefix   string // includes the algorithm's name
 	now      func() time.Time
 	marginMs int64
-	batcher  *coalesce.Batcher[fwOp] // nil: every op in a call of its own
+	batcher  coalesce.Queue[fwOp] // nil: every op in a call of its own; on a Cluster, a queue per master
 
 	bySlot   bool                   // a script call per Cluster slot: not known to be one server
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
@@ -60,8 +60,8 @@ func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions
 		if opts.Coalesce != nil {
 			c = *opts.Coalesce
 		}
-		s.batcher = coalesce.New(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight},
-			redisstore.ErrClosed, s.send)
+		s.batcher = coalesce.NewQueue(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight},
+			redisstore.ErrClosed, s.send, client, func(o fwOp) string { return s.Key(o.key) })
 	}
 	return s
 }

@@ -17,7 +17,8 @@ import (
 // others are in flight go to Redis together, in one script call per
 // batch. On a Cluster, where one script may only touch one slot,
 // a batch is a script call per slot, all sent in one pipeline: one round
-// trip per master. A client that is not a *redis.Client (a ring, or a
+// trip. Each master has a queue of its own, so a batch holds the keys of
+// one master and a master that stops answering holds up only its keys. A client that is not a *redis.Client (a ring, or a
 // client wrapped in something else) is treated as a Cluster. The script
 // decides the checks of one key together, against one read and one write
 // of the key, one after the other in the order they arrived, exactly as
@@ -60,8 +61,12 @@ type sender struct {
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
 }
 
-func newBatcher(s *Store, c Coalesce) *coalesce.Batcher[op] {
-	return coalesce.New(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight}, ErrClosed, newSender(s).send)
+// newBatcher returns the store's queue: on a Cluster, one per master, so
+// that a master that stops answering (paused, or dead until its replica is
+// promoted) holds up only the checks of its own keys.
+func newBatcher(s *Store, c Coalesce) coalesce.Queue[op] {
+	return coalesce.NewQueue(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight}, ErrClosed, newSender(s).send,
+		s.client, func(o op) string { return s.Key(o.key) })
 }
 
 func newSender(s *Store) *sender {

@@ -105,7 +105,7 @@ type Store struct {
 	prefix   string
 	now      func() time.Time
 	marginMs int64
-	batcher  *coalesce.Batcher[op]
+	batcher  coalesce.Queue[op] // nil: no coalescing
 }
 
 var _ sluice.Store = (*Store)(nil)

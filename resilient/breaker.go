@@ -39,6 +39,7 @@ type breaker struct {
 	probeAt   atomic.Int64  // when open: the time the next probe may go
 	reason    atomic.Uint32 // the Reason of the last failure
 	answer    atomic.Int64  // when the store last answered a call
+	touched   atomic.Bool   // a check asked for it since the last look of retireWhenIdle
 	threshold int32
 	interval  int64
 	silence   int64  // timeouts open the breaker only after this long without an answer

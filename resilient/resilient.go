@@ -323,6 +323,7 @@ type Store struct {
 	maxWait    time.Duration
 	lag        *schedLag
 	closeOnce  sync.Once
+	closed     chan struct{} // closed by Close: ends the retirement watches
 	metrics    *metrics
 	log        limitedLog // failure-policy decisions
 	busyLog    limitedLog // busy decisions
@@ -336,6 +337,7 @@ var _ sluice.Store = (*Store)(nil)
 // store's background sweep.
 func New(primary sluice.Store, opts Options) *Store {
 	s := &Store{
+		closed:     make(chan struct{}),
 		primary:    primary,
 		mode:       opts.OnError,
 		instances:  int64(max(opts.Instances, 1)),
@@ -420,7 +422,11 @@ func (s *Store) breakerFor(key string) *breaker {
 	}
 	name := s.scope(key)
 	if b, ok := s.scoped.Load(name); ok {
-		return b.(*breaker)
+		b := b.(*breaker)
+		if !b.touched.Load() {
+			b.touched.Store(true)
+		}
+		return b
 	}
 	b := s.newBreaker(name)
 	actual, _ := s.scoped.LoadOrStore(name, &b)
@@ -431,7 +437,10 @@ func (s *Store) breakerFor(key string) *breaker {
 // scheduling-lag sampler. The Store still answers afterwards. It does not
 // close the wrapped store.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.lag.close)
+	s.closeOnce.Do(func() {
+		s.lag.close()
+		close(s.closed)
+	})
 	_ = s.guard.Close()
 	return s.local.Close()
 }
@@ -836,6 +845,9 @@ func (s *Store) stateChanged(b *breaker, from, to State) {
 	if b.scope != "" {
 		scope = []any{"scope", b.scope}
 	}
+	if to == StateOpen && from == StateClosed && b.scope != "" {
+		go s.retireWhenIdle(b)
+	}
 	switch {
 	case to == StateOpen && from == StateClosed:
 		s.log.logger.Warn("resilient: circuit breaker open: the rate limit store is not called until a probe succeeds",
@@ -843,6 +855,51 @@ func (s *Store) stateChanged(b *breaker, from, to State) {
 				"probe_interval", time.Duration(b.interval))...)
 	case to == StateClosed:
 		s.log.logger.Info("resilient: circuit breaker closed: the rate limit store answers again", scope...)
+	}
+}
+
+// retireWhenIdle watches an open breaker of a scope (a Cluster master)
+// and retires it when no check has asked for it for two probe intervals:
+// after a failover no key maps to the dead master's address any more, and
+// its breaker, never probed again, would report the store open for ever.
+// A retired breaker is forgotten (a check that names its scope again gets
+// a new, closed one) and counted as closed. The watch ends when the
+// breaker closes, when it is retired, or when the Store is closed.
+func (s *Store) retireWhenIdle(b *breaker) {
+	tick := time.NewTicker(time.Duration(s.probeEvery))
+	defer tick.Stop()
+	b.touched.Store(false)
+	idle := 0
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-tick.C:
+		}
+		if b.State() == StateClosed {
+			return
+		}
+		if b.touched.Swap(false) {
+			idle = 0
+			continue
+		}
+		if idle++; idle < 2 {
+			continue
+		}
+		s.scoped.CompareAndDelete(b.scope, b)
+		for {
+			from := b.State()
+			if from == StateClosed {
+				return
+			}
+			if b.state.CompareAndSwap(int32(from), int32(StateClosed)) {
+				s.metrics.setState(s.states.change(from, StateClosed))
+				s.metrics.breakersOpen.Set(float64(s.states.notClosed()))
+				s.log.logger.Info("resilient: circuit breaker retired: no check has asked for this part of the store for two probe intervals (a failover moved its keys)",
+					"scope", b.scope)
+				return
+			}
+		}
 	}
 }
 

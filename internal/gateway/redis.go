@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
 )
@@ -142,14 +143,12 @@ func classifyRedis(err error) resilient.Reason {
 // canceled, so a missing map is never loaded here, under no deadline); a
 // key whose master is not known yet is put in the scope "unknown".
 func clusterScope(cc *redis.ClusterClient, store *redisstore.Store) func(string) string {
-	cached, cancel := context.WithCancel(context.Background())
-	cancel()
+	master := coalesce.ClusterMaster(cc)
 	return func(key string) string {
-		c, err := cc.MasterForKey(cached, store.Key(key))
-		if err != nil {
-			return "unknown"
+		if m := master(store.Key(key)); m != "" {
+			return m
 		}
-		return c.Options().Addr
+		return "unknown"
 	}
 }
 

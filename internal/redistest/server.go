@@ -222,6 +222,33 @@ func (s *Server) Pid() int {
 	return s.proc.cmd.Process.Pid
 }
 
+// Pause stops the process with SIGSTOP, as a stalled host or a long
+// garbage-collection pause would: its connections stay open and nothing
+// answers. Resume (or the test's end) lets it run again.
+func (s *Server) Pause() {
+	s.tb.Helper()
+	s.signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() {
+	s.tb.Helper()
+	s.signal(syscall.SIGCONT)
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.tb.Helper()
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p == nil {
+		s.tb.Fatalf("redistest: %v to %s: the server is not running", sig, s.Addr())
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		s.tb.Fatalf("redistest: %v to %s: %v", sig, s.Addr(), err)
+	}
+}
+
 // Running reports whether the process is alive.
 func (s *Server) Running() bool {
 	s.mu.Lock()
@@ -237,6 +264,7 @@ func (s *Server) Stop() {
 	if p == nil {
 		return
 	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on SIGTERM
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

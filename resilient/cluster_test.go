@@ -1,0 +1,287 @@
+package resilient_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/resilient"
+)
+
+// clusterScope gives each Cluster master a breaker of its own, as the
+// gateway does: the master of a key's slot in the client's cached map.
+func clusterScope(cc *redis.ClusterClient, rs *redisstore.Store) func(string) string {
+	master := coalesce.ClusterMaster(cc)
+	return func(key string) string { return master(rs.Key(key)) }
+}
+
+// keyTally is what the load saw of one key.
+type keyTally struct {
+	storeAllowed, localAllowed, errs int64
+	firstLocal, lastLocal            time.Time
+}
+
+// A Cluster of three masters with replicas under load, through the
+// resilient layer as the gateway runs it (a client from NewClient, a
+// breaker per master, on_error local): one master is killed, and later
+// another is paused past cluster-node-timeout, so that each time its
+// replica is promoted. What callers see: no check waits past its deadline
+// (plus what the machine's stalls explain); no check fails (the local
+// bucket decides while a master is missing); each key admits at most its
+// shared limit (burst + rate × elapsed), plus one burst per failover of
+// its master (writes the replica had not received are lost), plus what
+// the local bucket admitted while its master was gone (rate ÷ instances
+// over that time, and at most burst ÷ instances). And once the replicas
+// have taken over, every breaker is closed again.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	// Redis's default: while a failed master's slots have no master, every
+	// master answers CLUSTERDOWN, so the keys of the healthy masters are
+	// decided by the failure policy too, for that window.
+	t.Run("full-coverage", func(t *testing.T) { clusterFailover(t, true) })
+	// cluster-require-full-coverage no: the healthy masters go on
+	// answering, and a master that stops answering must not hold up the
+	// checks of the others (a batch or a breaker shared between masters).
+	t.Run("partial-coverage", func(t *testing.T) { clusterFailover(t, false) })
+}
+
+func clusterFailover(t *testing.T, fullCoverage bool) {
+	const (
+		probe     = 500 * time.Millisecond
+		instances = 2
+		perMaster = 4 // keys on each master
+	)
+	rule := sluice.Rule{Rate: 20, Burst: 40}
+	healthy := map[string]bool{} // keys of the master that never fails; written before the load
+	rules := []sluice.Rule{rule}
+	var opts []redistest.Option
+	if !fullCoverage {
+		opts = append(opts, redistest.WithArgs("--cluster-require-full-coverage", "no"))
+	}
+	cluster := redistest.StartCluster(t, 3, 1, opts...)
+	var untouched sync.Map // reason -> *atomic.Int64: how the keys of the master that never failed were decided by the failure policy
+	client, err := redisstore.NewClient(redisstore.ClientOptions{
+		ClusterAddrs: cluster.Addrs(), Timeout: 20 * deadline, PoolSize: 64, FailFast: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cc := client.(*redis.ClusterClient)
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	rs := redisstore.New(client, redisstore.Options{})
+	s := newStore(t, rs, resilient.Options{
+		OnError: resilient.Local, Instances: instances, Timeout: deadline, ProbeInterval: probe,
+		LogInterval: time.Second, Scope: clusterScope(cc, rs),
+		OnDecision: func(d resilient.Decision) {
+			if d.Source >= resilient.FromOpen && healthy[d.Key] {
+				n, _ := untouched.LoadOrStore(d.Reason.String(), new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+			}
+		},
+	})
+
+	// Keys spread so that each master holds perMaster of them.
+	nodes := cluster.Nodes()
+	masters := nodes[:3] // StartCluster: masters first, then replica r of master m at 3+m
+	on := map[*redistest.Server][]string{}
+	var keys []string
+	for i := 0; len(keys) < 3*perMaster; i++ {
+		k := fmt.Sprintf("tenant-%d", i)
+		m := cluster.MasterForKey(rs.Key(k))
+		if len(on[m]) < perMaster {
+			on[m] = append(on[m], k)
+			keys = append(keys, k)
+		}
+	}
+	killed, paused := masters[0], masters[1]
+	for _, k := range on[masters[2]] {
+		healthy[k] = true
+	}
+	failovers := map[string]int{}
+	for _, k := range on[killed] {
+		failovers[k] = 1
+	}
+	for _, k := range on[paused] {
+		failovers[k] = 1
+	}
+	for _, k := range keys {
+		warmUp(t, s, sluice.Request{Key: k, Cost: 1, Rules: rules})
+	}
+
+	// The load: eight goroutines over every key.
+	watch := stall.Start()
+	stop := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		tallies = map[string]*keyTally{}
+		maxLat  time.Duration
+	)
+	for _, k := range keys {
+		tallies[k] = &keyTally{}
+	}
+	started := time.Now()
+	for g := range 8 {
+		wg.Go(func() {
+			mine := map[string]*keyTally{}
+			var worst time.Duration
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					mu.Lock()
+					for k, x := range mine {
+						all := tallies[k]
+						all.storeAllowed += x.storeAllowed
+						all.localAllowed += x.localAllowed
+						all.errs += x.errs
+						if !x.firstLocal.IsZero() && (all.firstLocal.IsZero() || x.firstLocal.Before(all.firstLocal)) {
+							all.firstLocal = x.firstLocal
+						}
+						if x.lastLocal.After(all.lastLocal) {
+							all.lastLocal = x.lastLocal
+						}
+					}
+					maxLat = max(maxLat, worst)
+					mu.Unlock()
+					return
+				default:
+				}
+				k := keys[(g*5+i)%len(keys)]
+				tk := mine[k]
+				if tk == nil {
+					tk = &keyTally{}
+					mine[k] = tk
+				}
+				start := time.Now()
+				res, d, err := s.CheckDecision(ctx, sluice.Request{Key: k, Cost: 1, Rules: rules})
+				worst = max(worst, time.Since(start))
+				switch {
+				case err != nil:
+					tk.errs++
+				case res.Allowed && d.Source == resilient.FromLocal:
+					now := time.Now()
+					if tk.firstLocal.IsZero() {
+						tk.firstLocal = now
+					}
+					tk.lastLocal = now
+					tk.localAllowed++
+				case res.Allowed:
+					tk.storeAllowed++
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+		})
+	}
+
+	// backOn waits until the store itself decides a check of key again.
+	backOn := func(key string, since time.Time) time.Duration {
+		t.Helper()
+		for {
+			_, d, err := s.CheckDecision(ctx, sluice.Request{Key: key, Cost: 0, Rules: rules})
+			if err == nil && d.Source == resilient.FromStore {
+				return time.Since(since)
+			}
+			if time.Since(since) > 60*time.Second {
+				t.Fatalf("the store decided no check of %s within 60s: %v (source %v)", key, err, d.Source)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	time.Sleep(time.Second)
+	killedAt := time.Now()
+	killed.Kill()
+	cluster.WaitHealthy(t, 60*time.Second)
+	healthyAfterKill := time.Since(killedAt)
+	backAfterKill := backOn(on[killed][0], killedAt)
+
+	time.Sleep(500 * time.Millisecond)
+	// Paused, not dead: its connections stay open and nothing answers, so
+	// every call to it waits for its deadline until its replica is promoted.
+	replica := nodes[3+1]
+	pausedAt := time.Now()
+	paused.Pause()
+	promoted := waitRole(t, replica, "master", 60*time.Second)
+	paused.Resume()
+	promotedAfter := promoted.Sub(pausedAt)
+	cluster.WaitHealthy(t, 60*time.Second)
+	backAfterPause := backOn(on[paused][0], pausedAt)
+
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(started)
+	stalled := watch.Stop()
+
+	t.Logf("killed %s: cluster healthy after %v, its keys decided by Redis again after %v", killed.Addr(), healthyAfterKill.Round(time.Millisecond), backAfterKill.Round(time.Millisecond))
+	t.Logf("paused %s: replica %s promoted after %v, its keys decided by Redis again after %v", paused.Addr(), replica.Addr(), promotedAfter.Round(time.Millisecond), backAfterPause.Round(time.Millisecond))
+	bound := 2*deadline + margin + 2*stalled
+	t.Logf("longest check %v (bound %v: two deadlines, %v margin, twice the machine's longest stall %v)", maxLat.Round(time.Millisecond), bound, margin, stalled.Round(time.Millisecond))
+	if maxLat > bound {
+		t.Errorf("a check waited %v, more than %v", maxLat, bound)
+	}
+	for _, k := range keys {
+		tk := tallies[k]
+		if tk.errs > 0 {
+			t.Errorf("%s: %d checks failed; the local bucket should have decided them", k, tk.errs)
+		}
+		shared := float64(rule.Burst) + rule.Rate*elapsed.Seconds()
+		lost := float64(failovers[k] * int(rule.Burst))
+		window := tk.lastLocal.Sub(tk.firstLocal).Seconds()
+		local := float64(rule.Burst)/instances + rule.Rate/instances*window
+		t.Logf("%s (failovers %d): admitted %d by Redis (shared limit %.0f, + %.0f lost writes) and %d by the local bucket over %.2fs (bound %.1f)",
+			k, failovers[k], tk.storeAllowed, shared, lost, tk.localAllowed, window, local)
+		if float64(tk.storeAllowed) > shared+lost+1 {
+			t.Errorf("%s: Redis admitted %d, more than burst + rate × elapsed %.0f and one burst a failover %.0f", k, tk.storeAllowed, shared, lost)
+		}
+		if float64(tk.localAllowed) > 1.1*local+1 {
+			t.Errorf("%s: the local bucket admitted %d over %.2fs, more than rate ÷ instances and burst ÷ instances allow: %.1f", k, tk.localAllowed, window, local)
+		}
+	}
+	var byPolicy []string
+	untouched.Range(func(r, n any) bool {
+		byPolicy = append(byPolicy, fmt.Sprintf("%v %d", r, n.(*atomic.Int64).Load()))
+		return true
+	})
+	t.Logf("keys of the master that never failed, decided by the failure policy: %v", byPolicy)
+	// A breaker opens on timeouts only after 5 deadlines without an answer:
+	// a machine that stalled this process for that long explains it.
+	if !fullCoverage && len(byPolicy) > 0 && stalled < 5*deadline {
+		t.Errorf("the keys of a master that never failed were decided by the failure policy (%v) though the longest stall was %v: another master's failure held them up", byPolicy, stalled)
+	}
+	// Every breaker closed again: the replicas took over, and no key maps
+	// to the dead master or to the paused one (a replica now).
+	for start := time.Now(); s.State() != resilient.StateClosed; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 10*probe+stalled {
+			t.Fatalf("breakers %v %v after the failovers: a breaker stays open although no key maps to its master", s.State(), time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// waitRole waits until srv reports role (ROLE's first field) and returns
+// when it did.
+func waitRole(t *testing.T, srv *redistest.Server, role string, limit time.Duration) time.Time {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	for start := time.Now(); time.Since(start) < limit; time.Sleep(20 * time.Millisecond) {
+		v, err := c.Do(ctx, "ROLE").Slice()
+		if err == nil && len(v) > 0 && v[0] == role {
+			return time.Now()
+		}
+	}
+	t.Fatalf("%s did not become %s within %v", srv.Addr(), role, limit)
+	return time.Time{}
+}
