@@ -271,6 +271,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	if f := cfg.Incomplete(); f != nil {
+		fmt.Fprintln(stderr, f)
+		return 2
+	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
