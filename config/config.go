@@ -89,6 +89,7 @@ type Config struct {
 	// empty: the file holds no YAML value at all (nothing, or only
 	// comments); policiesSet: it has a policies key, even an empty one.
 	empty, policiesSet bool
+	env                *envValues // what came from the environment (env.go)
 }
 
 // Store says where the buckets live and what happens when that fails.
@@ -227,7 +228,7 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 	c.empty = root.Kind == 0 || len(root.Content) == 0 || root.Content[0].Tag == "!!null"
 	_, c.policiesSet = d.lines["policies"]
 	if d.nodes > maxNodes {
-		redactEnv(*d.errs, nil, d.fromEnv)
+		newEnvValues(d.fromEnv).redact(*d.errs, nil)
 		return nil, d.errs.sorted()
 	}
 	// Validate even when decoding found mistakes, so that one pass reports
@@ -235,7 +236,8 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 	c.Defaults()
 	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs, skip: d.reported}
 	v.validate()
-	redactEnv(*d.errs, c.Warnings, d.fromEnv)
+	c.env = newEnvValues(d.fromEnv)
+	c.env.redact(*d.errs, c.Warnings)
 	if len(*d.errs) > 0 {
 		return nil, d.errs.sorted()
 	}

@@ -133,37 +133,58 @@ func validEnvName(s string) bool {
 // values (a port, a burst of 5) would hide unrelated words and numbers.
 const minRedacted = 4
 
-// redactEnv replaces, in the messages of errs and in warnings, the values
-// that came from the environment with the names of their variables.
-// fromEnv holds the variables used by field path.
-func redactEnv(errs Errors, warnings []string, fromEnv map[string][]envUse) {
-	if len(fromEnv) == 0 {
-		return
+// envValues are the values of a file that came from the environment,
+// by field path.
+type envValues struct {
+	byField map[string][]envUse
+	all     []envUse // the longest value first, so that one holding another is hidden whole
+}
+
+func newEnvValues(byField map[string][]envUse) *envValues {
+	e := &envValues{byField: byField}
+	for _, uses := range byField {
+		e.all = append(e.all, uses...)
 	}
-	var all []envUse
-	for _, uses := range fromEnv {
-		all = append(all, uses...)
-	}
-	// The longest first, so that a value holding another is hidden whole.
-	slices.SortFunc(all, func(a, b envUse) int { return len(b.value) - len(a.value) })
-	hide := func(s string, own []envUse) string {
-		for _, u := range all {
-			if u.value != "" && (len(u.value) >= minRedacted || slices.Contains(own, u)) {
-				s = strings.ReplaceAll(s, u.value, "${"+u.name+"}")
-			}
-		}
+	slices.SortFunc(e.all, func(a, b envUse) int { return len(b.value) - len(a.value) })
+	return e
+}
+
+// hide replaces in s the values from the environment with the names of
+// their variables: every value of field (or of a field below it), and
+// every other value of minRedacted bytes or more.
+func (e *envValues) hide(field, s string) string {
+	if e == nil || len(e.all) == 0 {
 		return s
 	}
-	for _, e := range errs {
-		var own []envUse
-		for p, uses := range fromEnv {
-			if p == e.Field || strings.HasPrefix(p, e.Field+".") || strings.HasPrefix(p, e.Field+"[") {
+	var own []envUse
+	if field != "" {
+		for p, uses := range e.byField {
+			if p == field || strings.HasPrefix(p, field+".") || strings.HasPrefix(p, field+"[") {
 				own = append(own, uses...)
 			}
 		}
-		e.Msg = hide(e.Msg, own)
+	}
+	for _, u := range e.all {
+		if u.value != "" && (len(u.value) >= minRedacted || slices.Contains(own, u)) {
+			s = strings.ReplaceAll(s, u.value, "${"+u.name+"}")
+		}
+	}
+	return s
+}
+
+// redact hides the values from the environment in the messages of errs
+// and in warnings.
+func (e *envValues) redact(errs Errors, warnings []string) {
+	for _, f := range errs {
+		f.Msg = e.hide(f.Field, f.Msg)
 	}
 	for i, w := range warnings {
-		warnings[i] = hide(w, nil)
+		warnings[i] = e.hide("", w)
 	}
 }
+
+// Redact returns s, a message or a value about field (a path such as
+// store.redis.url; empty when about none), with every value that came
+// from the environment replaced by the name of its variable, ${VAR}: for
+// what the gateway logs.
+func (c *Config) Redact(field, s string) string { return c.env.hide(field, s) }

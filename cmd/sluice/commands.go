@@ -230,6 +230,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
+	defer watchConfig(ctx, g, log)()
 	if err := g.Serve(ctx, *grace); err != nil {
 		log.Error("sluice: serve", "err", err)
 		return 1
