@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // Values from the environment. In any scalar value of the file (never a
@@ -167,6 +169,11 @@ func (e *envValues) hide(field, s string) string {
 	for _, u := range e.all {
 		if u.value != "" && (len(u.value) >= minRedacted || slices.Contains(own, u)) {
 			s = strings.ReplaceAll(s, u.value, "${"+u.name+"}")
+			// A URL is shown with its password masked; the rest of it
+			// came from the environment all the same.
+			if masked := redisstore.RedactURL(u.value); masked != u.value {
+				s = strings.ReplaceAll(s, masked, "${"+u.name+"}")
+			}
 		}
 	}
 	return s
