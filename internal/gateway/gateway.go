@@ -7,7 +7,9 @@
 // behind a token: admin.go). Each listener bounds what a client can hold
 // of it (limits.go).
 //
-// The configuration is swapped atomically on Reload; a request in flight
+// The configuration is swapped atomically on Reload (SIGHUP) and when
+// WatchConfig sees its files change (watch.go), under the rules that
+// protect a reload (reload.go); a request in flight
 // finishes under the configuration it started with. The store is built
 // once: its buckets survive reloads, and a change of the store section, or
 // of a listener address, needs a restart (Reload says so in the log).
