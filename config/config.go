@@ -89,6 +89,7 @@ type Config struct {
 	// empty: the file holds no YAML value at all (nothing, or only
 	// comments); policiesSet: it has a policies key, even an empty one.
 	empty, policiesSet bool
+	policiesLine       int
 	env                *envValues // what came from the environment (env.go)
 }
 
@@ -226,7 +227,7 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 		d.decode(&root, reflect.ValueOf(c).Elem(), "")
 	}
 	c.empty = root.Kind == 0 || len(root.Content) == 0 || root.Content[0].Tag == "!!null"
-	_, c.policiesSet = d.lines["policies"]
+	c.policiesSet, c.policiesLine = hasPolicies(&root), d.lines["policies"]
 	if d.nodes > maxNodes {
 		newEnvValues(d.fromEnv).redact(*d.errs, nil)
 		return nil, d.errs.sorted()

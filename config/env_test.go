@@ -164,7 +164,8 @@ func TestIncomplete(t *testing.T) {
 		{"# only a comment\n\n", true, "the file is empty"},
 		{"---\n", true, "the file is empty"},
 		{"listen: 127.0.0.1:8080\nupstream: http://127.0.0.1:3000\n", false, "x.yaml: policies: missing"},
-		{"policies:\n", false, ""},
+		{"upstream: http://127.0.0.1:3000\npolicies:\n", false, "x.yaml:2: policies: missing or without a value"},
+		{"policies: ~\n", false, "policies: missing"},
 		{"policies: []\n", false, ""},
 		{"policies: [{name: a, match: /, anonymous: [{rate: 1/s, burst: 1}]}]\n", false, ""},
 	}

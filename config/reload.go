@@ -1,5 +1,7 @@
 package config
 
+import "go.yaml.in/yaml/v3"
+
 // Reload says how `sluice serve` notices that its files changed. SIGHUP
 // always reloads; the watch (on unless turned off) reloads without a
 // signal when the configuration file or the descriptor files of
@@ -20,14 +22,31 @@ func (c *Config) Empty() bool { return c.empty }
 // it is empty, or it has no policies key. Both are valid YAML and decode
 // to a gateway that limits nothing, which is how a truncated write reads;
 // check-config reports them, and a reload refuses them while policies are
-// running (internal/gateway). An explicit "policies: []" is complete. It
-// returns nil when the file is complete.
+// running (internal/gateway). A policies key with no value counts as none;
+// an explicit "policies: []" is complete. It returns nil when the file is
+// complete.
 func (c *Config) Incomplete() *FieldError {
 	switch {
 	case c.empty:
 		return &FieldError{File: c.File, Msg: "the file is empty (or only comments); want a configuration with a policies key (policies: [] when nothing is to be limited)"}
 	case !c.policiesSet:
-		return &FieldError{File: c.File, Field: "policies", Msg: "missing; want the policies to enforce, or policies: [] when nothing is to be limited (a file cut short has none)"}
+		return &FieldError{File: c.File, Line: c.policiesLine, Field: "policies", Msg: "missing or without a value; want the policies to enforce, or policies: [] when nothing is to be limited (a file cut short has none)"}
 	}
 	return nil
+}
+
+// hasPolicies reports whether the document root has a policies key with a
+// value: "policies:" with nothing after it is where a file cut short may
+// end, so it does not count; "policies: []" does.
+func hasPolicies(root *yaml.Node) bool {
+	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return false
+	}
+	m := root.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "policies" {
+			return m.Content[i+1].Tag != "!!null"
+		}
+	}
+	return false
 }

@@ -250,6 +250,7 @@ func TestWatchRefusals(t *testing.T) {
 		{"empty", "", "refused", "the file is empty"},
 		{"only comments", "# truncated\n", "refused", "the file is empty"},
 		{"no policies key", "listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nupstream: http://127.0.0.1:3000\n", "refused", "policies: missing"},
+		{"cut after policies:", "upstream: http://127.0.0.1:3000\npolicies:\n", "refused", "policies: missing or without a value"},
 		{"invalid", "policies: [\n", "invalid", "not valid YAML"},
 		{"unknown field", "policies:\n  - {name: api, match: /api/, anonymous: [{rate: 1/h, burts: 2}]}\n", "invalid", "did you mean"},
 	}
