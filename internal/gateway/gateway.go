@@ -425,6 +425,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 	if old.AccessLog != cfg.AccessLog {
 		g.log.Warn("sluice: the access_log section changed; it applies at the next restart", "file", g.path)
 	}
+	if old.Reload.Watching() != cfg.Reload.Watching() {
+		g.log.Warn("sluice: reload.watch changed; it applies at the next restart", "file", g.path)
+	}
 }
 
 // Listen opens the traffic, admin and decision listeners of the

@@ -287,7 +287,8 @@ func TestReloadRulesBySignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(cfg, path, slog.New(slog.NewTextHandler(&lockedBuffer{}, nil)))
+	logs := &lockedBuffer{}
+	g, err := New(cfg, path, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,9 +305,14 @@ func TestReloadRulesBySignal(t *testing.T) {
 	if n := testutil.ToFloat64(g.reloads.WithLabelValues("refused")); n != 2 {
 		t.Fatalf("refused = %v, want 2", n)
 	}
-	writeFile(t, path, "policies: []\n")
+	// policies: [] is applied; reload.watch changed with it waits for a
+	// restart, and the log says so.
+	writeFile(t, path, "reload: {watch: false}\npolicies: []\n")
 	if err := g.Reload(); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "reload.watch changed; it applies at the next restart") {
+		t.Fatalf("no warning that reload.watch needs a restart:\n%s", logs)
 	}
 	// Nothing running now: a file without the key limits nothing more
 	// than the running one, so it is no longer refused; an empty file is.
