@@ -73,6 +73,7 @@ type Config struct {
 	Server      Server      `yaml:"server"`       // timeouts and bounds of the listeners (server.go)
 	AccessLog   AccessLog   `yaml:"access_log"`   // one line per request on the traffic listener (accesslog.go)
 	EnvoyRLS    EnvoyRLS    `yaml:"envoy_rls"`    // Envoy's rate limit service, gRPC (envoyrls.go)
+	Reload      Reload      `yaml:"reload"`       // watch the files and reload on change (reload.go)
 	// What 429s and the headers look like beside headers: (see headers.go).
 	XRateLimitHeaders bool          `yaml:"x_ratelimit_headers"` // also X-RateLimit-Limit, -Remaining, -Reset
 	RetryAfterJitter  time.Duration `yaml:"retry_after_jitter"`  // up to this much added to a 429's Retry-After
@@ -85,6 +86,11 @@ type Config struct {
 	Warnings []string `yaml:"-"`
 
 	keys keyMaterial
+	// empty: the file holds no YAML value at all (nothing, or only
+	// comments); policiesSet: it has a policies key, even an empty one.
+	empty, policiesSet bool
+	policiesLine       int
+	env                *envValues // what came from the environment (env.go)
 }
 
 // Store says where the buckets live and what happens when that fails.
@@ -216,9 +222,14 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 		return nil, Errors{{File: name, Line: extra.Line, Msg: "a second YAML document; keep one configuration per file"}}
 	}
 	if root.Kind != 0 {
+		d.env = expandEnv(name, &root, d.errs)
+		d.fromEnv = make(map[string][]envUse)
 		d.decode(&root, reflect.ValueOf(c).Elem(), "")
 	}
+	c.empty = root.Kind == 0 || len(root.Content) == 0 || root.Content[0].Tag == "!!null"
+	c.policiesSet, c.policiesLine = hasPolicies(&root), d.lines["policies"]
 	if d.nodes > maxNodes {
+		newEnvValues(d.fromEnv).redact(*d.errs, nil)
 		return nil, d.errs.sorted()
 	}
 	// Validate even when decoding found mistakes, so that one pass reports
@@ -226,6 +237,8 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 	c.Defaults()
 	v := &validator{c: c, file: name, dir: dir, lines: d.lines, errs: d.errs, skip: d.reported}
 	v.validate()
+	c.env = newEnvValues(d.fromEnv)
+	c.env.redact(*d.errs, c.Warnings)
 	if len(*d.errs) > 0 {
 		return nil, d.errs.sorted()
 	}

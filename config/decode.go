@@ -23,6 +23,10 @@ type decoder struct {
 	// same file in the same pass, does not report them again as missing
 	// or zero.
 	bad map[string]bool
+	// env holds the variables each node's value was expanded from
+	// (env.go); fromEnv the same by field path, for redactEnv.
+	env     map[*yaml.Node][]envUse
+	fromEnv map[string][]envUse
 }
 
 // maxNodes bounds the work on one file; a real configuration has hundreds.
@@ -60,6 +64,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	}
 	if path != "" {
 		d.lines[path] = n.Line
+	}
+	if uses := d.env[n]; uses != nil {
+		d.fromEnv[path] = append(d.fromEnv[path], uses...)
 	}
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return // an empty value leaves the default

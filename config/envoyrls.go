@@ -31,9 +31,14 @@ type EnvoyRLS struct {
 	// configuration file.
 	ConfigDir string `yaml:"config_dir"`
 
+	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor
 	policies []httplimit.Policy
 }
+
+// Dir returns the directory of the descriptor files as read: ConfigDir,
+// relative to the configuration file's directory. Empty without one.
+func (e *EnvoyRLS) Dir() string { return e.dir }
 
 // Enabled reports whether the gRPC listener is configured.
 func (e *EnvoyRLS) Enabled() bool { return e.Listen != "" }
@@ -152,6 +157,7 @@ func (v *validator) envoyRLS() {
 		v.c.Warnings = append(v.c.Warnings, f.Error())
 	}
 	dir := v.path(e.ConfigDir)
+	e.dir = dir
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		v.fail("envoy_rls.config_dir", "cannot read the descriptor files: %v; want a directory of envoyproxy/ratelimit YAML files", err)

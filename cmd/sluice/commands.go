@@ -32,7 +32,8 @@ Commands:
                         upstream that enforces the policies, the decision
                         API POST /v1/check on a listener of its own, and an
                         admin listener with /metrics, /healthz and /readyz.
-                        SIGHUP reloads the file; SIGTERM or SIGINT shut
+                        A change of the file applies on its own (it is
+                        watched), and on SIGHUP; SIGTERM or SIGINT shut
                         down gracefully.
   check-config FILE     validate a configuration file; exit status 2 and
                         every problem (file:line: field: what is wrong) when
@@ -163,10 +164,15 @@ descriptor files (envoy_rls.config_dir; see docs/envoy.md). Without an
 upstream only the decision API is served; without a store section the
 buckets live in memory.
 
-SIGHUP reopens the access log (access_log.path, for logrotate), reads FILE
-again and switches to it; an invalid file is logged and the running
-configuration kept. SIGTERM and SIGINT stop accepting and let
-requests in flight finish.
+FILE and envoy_rls.config_dir are watched: a change (written in place,
+renamed over, or a Kubernetes ConfigMap update) applies within about 2 s,
+unless reload.watch is false. SIGHUP reopens the access log
+(access_log.path, for logrotate), reads FILE again and switches to it.
+Either way, an invalid file, an empty one, or one without a policies key
+while policies are running is logged and the running configuration kept.
+${VAR} and ${VAR:-default} in FILE's values are read from the
+environment. SIGTERM and SIGINT stop accepting and let requests in flight
+finish.
 
 Exit status: 0 after a clean shutdown, 2 when FILE is invalid, 1 otherwise.
 
@@ -230,6 +236,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
+	defer watchConfig(ctx, g, log)()
 	if err := g.Serve(ctx, *grace); err != nil {
 		log.Error("sluice: serve", "err", err)
 		return 1
@@ -240,7 +247,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 const checkDoc = `Usage: sluice check-config FILE
 
 Validate FILE as sluice serve would read it, key and secret files
-included. Prints "FILE: ok" and exits 0 when it is valid, with a warning
+and ${VAR} from the environment included; an empty file, or one without
+a policies key, is an error (write policies: [] to limit nothing). Prints "FILE: ok" and exits 0 when it is valid, with a warning
 on stderr for what is valid but probably not meant (such as no catch-all
 policy in front of an upstream); otherwise prints every problem of the
 file in one pass, one a line, as FILE:LINE: FIELD: what is wrong and what
@@ -269,6 +277,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, err := cfg.LimiterOptions(); err != nil {
 		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	if f := cfg.Incomplete(); f != nil {
+		fmt.Fprintln(stderr, f)
 		return 2
 	}
 	for _, w := range cfg.Warnings {

@@ -79,6 +79,10 @@ func TestCheckConfigRejects(t *testing.T) {
 		{"headers: some\n", ":1: headers: \"some\""},
 		{"store:\n  type: redis\n  redis: {url: \"ftp://x\"}\n", ":3: store.redis.url:"},
 		{"policies:\n  - name: a\n    match: /\n    mode: loud\n    anonymous: [{rate: 1/s, burst: 1}]\n", ":4: policies[0].mode: \"loud\""},
+		// Cut short: valid YAML, but not a configuration anyone means.
+		{"", ": the file is empty"},
+		{"# sluice\n", ": the file is empty"},
+		{"listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nupstream: http://127.0.0.1:3000\n", ": policies: missing"},
 	} {
 		path := filepath.Join(dir, fmt.Sprintf("bad%d.yaml", i))
 		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {

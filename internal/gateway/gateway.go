@@ -7,7 +7,9 @@
 // behind a token: admin.go). Each listener bounds what a client can hold
 // of it (limits.go).
 //
-// The configuration is swapped atomically on Reload; a request in flight
+// The configuration is swapped atomically on Reload (SIGHUP) and when
+// WatchConfig sees its files change (watch.go), under the rules that
+// protect a reload (reload.go); a request in flight
 // finishes under the configuration it started with. The store is built
 // once: its buckets survive reloads, and a change of the store section, or
 // of a listener address, needs a restart (Reload says so in the log).
@@ -99,7 +101,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_config_reloads_total",
-		Help: "Configuration reloads by result (ok, invalid).",
+		Help: "Configuration reloads by result (ok, invalid, refused).",
 	}, []string{"result"})
 	g.reg.MustRegister(g.reloads)
 	m, err := httplimit.NewMetrics(g.reg)
@@ -369,27 +371,43 @@ var readyRule = []sluice.Rule{{Rate: 1e6, Burst: 1}}
 // Config returns the running configuration.
 func (g *Gateway) Config() *config.Config { return g.state.Load().cfg }
 
-// Reload reads the configuration file again and switches to it. When the
-// new file is invalid the running configuration stays, the error is logged
-// and returned.
+// Reload reads the configuration file again and switches to it, as SIGHUP
+// asks (it reopens the access log too). When the new file is invalid, or
+// refused by the rules that protect a reload (reload.go), the running
+// configuration stays, the error is logged and returned.
 func (g *Gateway) Reload() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reopenAccessLog()
+	return g.reloadLocked("signal")
+}
+
+// reloadLocked is Reload without the access log, for the file watch
+// (watch.go) too; by says which asked. g.mu is held.
+func (g *Gateway) reloadLocked(by string) error {
 	old := g.state.Load().cfg
 	cfg, err := config.Load(g.path)
 	if err == nil {
+		if err = refuseReload(old, cfg); err != nil {
+			g.reloads.WithLabelValues("refused").Inc()
+			g.log.Error("sluice: new configuration refused; keeping the running one", "file", g.path, "by", by, "why", err.Error())
+			return err
+		}
 		var st *state
 		if st, err = g.compile(cfg); err == nil {
 			g.warnRestart(old, cfg)
+			if len(cfg.Policies) == 0 && len(old.Policies) > 0 {
+				g.log.Warn("sluice: the new configuration has no policies (policies: []); nothing is limited but what envoy_rls and the allowlist say", "file", g.path, "running_policies", len(old.Policies))
+			}
 			g.state.Store(st)
 			g.reloads.WithLabelValues("ok").Inc()
-			g.log.Info("sluice: configuration reloaded", "file", g.path, "policies", len(cfg.Policies))
+			g.log.Info("sluice: configuration reloaded", "file", g.path, "by", by, "policies", len(cfg.Policies))
 			return nil
 		}
+		err = errors.New(cfg.Redact("", err.Error()))
 	}
 	g.reloads.WithLabelValues("invalid").Inc()
-	g.log.Error("sluice: new configuration is invalid; keeping the running one", "file", g.path, "err", err)
+	g.log.Error("sluice: new configuration is invalid; keeping the running one", "file", g.path, "by", by, "err", err)
 	return err
 }
 
@@ -406,6 +424,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 	}
 	if old.AccessLog != cfg.AccessLog {
 		g.log.Warn("sluice: the access_log section changed; it applies at the next restart", "file", g.path)
+	}
+	if old.Reload.Watching() != cfg.Reload.Watching() {
+		g.log.Warn("sluice: reload.watch changed; it applies at the next restart", "file", g.path)
 	}
 }
 
@@ -490,7 +511,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	cfg := g.Config()
 	g.traffic = newServer(g, cfg.Server, g.log)
 	g.admin = newServer(g.Admin(), cfg.Server, g.log)
-	mode := "reverse proxy to " + cfg.Upstream
+	mode := "reverse proxy to " + cfg.Redact("upstream", cfg.Upstream)
 	if cfg.Upstream == "" {
 		mode = "decision API only (no upstream)"
 	}
