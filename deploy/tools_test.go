@@ -117,4 +117,3 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
-
