@@ -20,3 +20,8 @@ manifests:
 	mkdir -p deploy/kubernetes
 	{ printf '# Rendered from deploy/helm/sluice by `make manifests`\n# (helm template sluice deploy/helm/sluice): do not edit, change the chart.\n'; \
 	  helm template sluice deploy/helm/sluice; } > deploy/kubernetes/sluice.yaml
+
+# Release binaries for linux and darwin, amd64 and arm64, with SHA256SUMS,
+# in dist/ (scripts/release.sh; VERSION=v1.2.0 make release).
+release:
+	./scripts/release.sh
