@@ -45,6 +45,10 @@ func TestSystemdUnit(t *testing.T) {
 	if level, _ := strconv.ParseFloat(m[1], 64); level >= 2 {
 		t.Errorf("exposure level %s, want below 2:\n%s", m[1], out)
 	}
+	// docs/production.md quotes the level.
+	if d := regexp.MustCompile(`systemd-analyze security. rates it ([0-9.]+)`).FindStringSubmatch(deploymentDocs(t)); d == nil || d[1] != m[1] {
+		t.Errorf("docs/production.md quotes the exposure level as %v; systemd-analyze security says %s", d, m[1])
+	}
 }
 
 // TestSystemdVerifyCatchesMistakes: a misspelt key and a bad value are
