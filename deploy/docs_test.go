@@ -69,7 +69,7 @@ func lookup(values map[string]any, key string) bool {
 func TestDeploymentDocs(t *testing.T) {
 	root := repoRoot(t)
 	section := deploymentDocs(t)
-	paths := regexp.MustCompile(`(?:^|[\s(` + "`" + `])((?:deploy|scripts)/[\w./-]*[\w/]|Dockerfile|compose\.yaml|Makefile)`).FindAllStringSubmatch(section, -1)
+	paths := regexp.MustCompile(`(?:^|[\s(`+"`"+`])((?:deploy|scripts)/[\w./-]*[\w/]|Dockerfile|compose\.yaml|Makefile)`).FindAllStringSubmatch(section, -1)
 	if len(paths) < 10 {
 		t.Fatalf("found %d repository paths in the Deployment section; the pattern is broken", len(paths))
 	}

@@ -38,6 +38,22 @@ func (b *buildah) cmd(args ...string) *exec.Cmd {
 	return exec.Command("buildah", append(append([]string{}, b.args...), args...)...)
 }
 
+// static says whether an ELF executable needs no dynamic loader.
+func static(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
 // localGoImage commits the builder the Dockerfile's GO_IMAGE names, made
 // from this machine's Go toolchain, a static busybox for the shell and the
 // CA bundle: no registry can be reached here, so golang:1.26 cannot be pulled.
@@ -45,15 +61,8 @@ func localGoImage(t *testing.T, b *buildah) string {
 	t.Helper()
 	goroot := strings.TrimSpace(run(t, "", nil, "go", "env", "GOROOT"))
 	box := need(t, "busybox")
-	if f, err := elf.Open(box); err != nil {
-		t.Fatal(err)
-	} else {
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Fatalf("%s is dynamically linked: install busybox-static (scripts/ensure-deploy-tools.sh)", box)
-			}
-		}
-		f.Close()
+	if !static(t, box) {
+		t.Fatalf("%s is dynamically linked: install busybox-static (scripts/ensure-deploy-tools.sh)", box)
 	}
 	c := b.run("from", "scratch")
 	b.run("copy", c, goroot, "/usr/local/go")
@@ -119,15 +128,8 @@ func TestImage(t *testing.T) {
 	if got, want := strings.Join(files, " "), "/etc/sluice/sluice.yaml /etc/ssl/certs/ca-certificates.crt /usr/local/bin/sluice"; got != want {
 		t.Errorf("files in the image: %s\nwant %s", got, want)
 	}
-	if f, err := elf.Open(filepath.Join(mnt, "usr/local/bin/sluice")); err != nil {
-		t.Fatal(err)
-	} else {
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Error("the image's sluice is dynamically linked")
-			}
-		}
-		f.Close()
+	if !static(t, filepath.Join(mnt, "usr/local/bin/sluice")) {
+		t.Error("the image's sluice is dynamically linked")
 	}
 	if got, want := readFile(t, filepath.Join(mnt, "etc/sluice/sluice.yaml")), readFile(t, filepath.Join(root, "deploy/docker/sluice.yaml")); got != want {
 		t.Error("/etc/sluice/sluice.yaml in the image is not deploy/docker/sluice.yaml")
