@@ -10,9 +10,13 @@ HELM_VERSION=v3.22.0
 export PATH="$(go env GOPATH)/bin:$PATH"
 missing=()
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
-command -v busybox >/dev/null 2>&1 && ! file -L "$(command -v busybox)" 2>/dev/null | grep -q dynamically || missing+=(busybox-static)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-command -v file >/dev/null 2>&1 || missing+=(file)
+# Debian's busybox package is dynamically linked; busybox-static is not.
+if ! command -v busybox >/dev/null 2>&1 || ! command -v file >/dev/null 2>&1; then
+  missing+=(busybox-static file)
+elif file -L "$(command -v busybox)" | grep -q dynamically; then
+  missing+=(busybox-static)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${missing[*]} with apt-get" >&2
