@@ -1,4 +1,4 @@
-.PHONY: bench test run
+.PHONY: bench test run manifests release
 
 # The comparison suite of bench/ (its own module): sluice and its peers on
 # the same work, one table with the ratios. 3 to 8 minutes (BENCHMARKS.md); not part of
@@ -13,3 +13,15 @@ test:
 
 run:
 	go run ./cmd/sluice demo
+
+# The plain Kubernetes manifests, rendered from the Helm chart
+# (deploy/helm/sluice); deploy/'s tests check that they are up to date.
+manifests:
+	mkdir -p deploy/kubernetes
+	{ printf '# Rendered from deploy/helm/sluice by `make manifests`\n# (helm template sluice deploy/helm/sluice): do not edit, change the chart.\n'; \
+	  helm template sluice deploy/helm/sluice; } > deploy/kubernetes/sluice.yaml
+
+# Release binaries for linux and darwin, amd64 and arm64, with SHA256SUMS,
+# in dist/ (scripts/release.sh; VERSION=v1.2.0 make release).
+release:
+	./scripts/release.sh

@@ -28,3 +28,17 @@ echo "== bench module: vet, staticcheck, its tests and one pass of every benchma
   go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
   go test -count=1 -run . -bench . -benchtime 1x ./...
 )
+echo "== deploy module: the image (buildah), the Helm chart and manifests, the systemd unit, compose.yaml, the release script"
+./scripts/ensure-deploy-tools.sh
+(
+  export PATH="$(go env GOPATH)/bin:$PATH"
+  cd deploy
+  go vet ./...
+  go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+  go test -count=1 -timeout 20m ./...
+)
+echo "== release: cross-compile linux and darwin, amd64 and arm64 (scripts/release.sh into a temporary folder)"
+dist=$(mktemp -d)
+DIST="$dist" ./scripts/release.sh >/dev/null
+(cd "$dist" && sha256sum -c --quiet SHA256SUMS)
+rm -rf "$dist"

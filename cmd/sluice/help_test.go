@@ -147,3 +147,18 @@ func TestVersionRevisionFromVCS(t *testing.T) {
 		t.Fatalf("sluice version = %q, %v; want revision %s", out, err, rev)
 	}
 }
+
+// Release binaries and images are built with -buildvcs=false and stamp the
+// version and revision with -X (scripts/release.sh, the Dockerfile).
+func TestStampedVersionLine(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}
+	if got, want := stampedLine(info, true, "v1.4.0", "3d44cd015ef7"), "sluice v1.4.0 revision 3d44cd015ef7 go1.26.0"; got != want {
+		t.Errorf("stampedLine = %q\nwant         %q", got, want)
+	}
+	if got, want := stampedLine(nil, false, "v1.4.0", ""), "sluice v1.4.0 revision unknown"; got != want {
+		t.Errorf("stampedLine without build info = %q, want %q", got, want)
+	}
+	if got, want := stampedLine(info, true, "", ""), "sluice (devel) revision unknown go1.26.0"; got != want {
+		t.Errorf("stampedLine without stamps = %q, want %q", got, want)
+	}
+}

@@ -7,14 +7,34 @@ import (
 	"strings"
 )
 
+// stampedVersion and stampedRevision are set by the linker in release
+// binaries and container images, which are built without the VCS data Go
+// records itself (scripts/release.sh, the Dockerfile):
+//
+//	go build -ldflags "-X main.stampedVersion=v1.2.3 -X main.stampedRevision=3d44cd0…" ./cmd/sluice
+//
+// When set they win over what the build information says.
+var stampedVersion, stampedRevision string
+
 // versionLine says which sluice this is: the module version (a tag for
 // `go install …@vX.Y.Z`, "(devel)" for a build from a checkout) and the
 // VCS revision and time when the build recorded them.
 func versionLine(info *debug.BuildInfo, ok bool) string {
+	return stampedLine(info, ok, stampedVersion, stampedRevision)
+}
+
+// stampedLine is versionLine with the linker's stamps as arguments.
+func stampedLine(info *debug.BuildInfo, ok bool, stampVersion, stampRevision string) string {
 	if !ok || info == nil {
-		return "sluice (unknown version: built without module information)"
+		if stampVersion == "" {
+			return "sluice (unknown version: built without module information)"
+		}
+		info = &debug.BuildInfo{}
 	}
 	version := info.Main.Version
+	if stampVersion != "" {
+		version = stampVersion
+	}
 	if version == "" {
 		version = "(devel)"
 	}
@@ -31,12 +51,18 @@ func versionLine(info *debug.BuildInfo, ok bool) string {
 			}
 		}
 	}
+	if stampRevision != "" {
+		rev = stampRevision
+	}
 	if rev == "" {
 		rev = pseudoRevision(version) // go install …@latest records no vcs.* settings
 	}
 	line := fmt.Sprintf("sluice %s revision %s%s", version, rev, modified)
 	if at != "" {
 		line += " (" + at + ")"
+	}
+	if info.GoVersion == "" {
+		return line
 	}
 	return line + " " + info.GoVersion
 }
