@@ -379,7 +379,7 @@ func (g *Gateway) lateChange(r *http.Request, op, id string, after policyOverrid
 func (g *Gateway) changeFailed(w http.ResponseWriter, op, id string, err error) {
 	if errors.Is(err, errOutcomeUnknown) {
 		g.log.Error("sluice: admin change of unknown outcome; the gateway resolves it when Redis answers, and logs what became of it", "op", op, "identity", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "outcome_unknown", fmt.Sprintf("Redis did not answer within %v whether the change happened: it may have or not; GET the override to see (the gateway logs what became of it once Redis answers): %v", adminDecideWithin, err))
+		writeError(w, http.StatusServiceUnavailable, "outcome_unknown", fmt.Sprintf("Redis did not say within %v whether the change happened: it may have or not. The gateway asks again until Redis answers, fences the change off if it has not happened, and logs what became of it; GET the override to see. (%v)", adminDecideWithin, err))
 		return
 	}
 	g.log.Error("sluice: admin change failed; nothing changed", "op", op, "identity", id, "err", err)

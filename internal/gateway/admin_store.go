@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -512,7 +513,7 @@ func (r *redisOverrides) put(ctx context.Context, _ overrideTable, identity stri
 	keys := []string{overridesHashKey, overridesVersionKey, opKey(op)}
 	m, err := putScript.Run(ctx, r.client, keys, identity, string(raw), rand.Text(), opMarkerTTL.Milliseconds()).Text()
 	if err != nil {
-		return nil, fmt.Errorf("writing the overrides to Redis: %w: %w", errOutcomeUnknown, err)
+		return nil, fmt.Errorf("%w: writing the overrides to Redis: %w", errOutcomeUnknown, err)
 	}
 	applied, before, err := readMarker(m)
 	if err == nil && !applied {
@@ -764,11 +765,11 @@ func (s *overrideSync) decide(ctx context.Context, op string, cause error) (poli
 		case err == nil && applied:
 			return before, nil
 		case err == nil:
-			return nil, fmt.Errorf("%v; it had not happened, and was fenced off", cause)
+			return nil, fmt.Errorf("%s; it had not happened, and is fenced off", strings.TrimPrefix(cause.Error(), errOutcomeUnknown.Error()+": "))
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w within %v (%v; then %v)", errOutcomeUnknown, adminDecideWithin, cause, err)
+			return nil, fmt.Errorf("%w (%v; then %v)", cause, ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
