@@ -250,10 +250,27 @@ func (g *Gateway) resetIdentity(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A refill that failed may yet land (Redis runs a script it got late,
+	// after the call gave up): its outcome is unknown. Refilling is
+	// idempotent, so a failed one is tried again, until one is known to
+	// have been taken; only then is the answer 200.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), adminDecideWithin)
+	defer cancel()
 	for _, p := range names {
-		if err := lim.Reset(r.Context(), p, id); err != nil {
-			g.log.Error("sluice: admin change failed", "op", "reset", "identity", id, "policy", p, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "store_unavailable", fmt.Sprintf("policy %q: the buckets were not reset: %v", p, err))
+		for {
+			err := lim.Reset(ctx, p, id)
+			if err == nil {
+				break
+			}
+			if ctx.Err() == nil && !errors.Is(err, sluice.ErrInvalid) && !errors.Is(err, httplimit.ErrUnknownPolicy) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+					continue
+				}
+			}
+			g.log.Error("sluice: admin reset of unknown outcome: the buckets may have been refilled, in part or whole", "op", "reset", "identity", id, "policy", p, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "outcome_unknown", fmt.Sprintf("policy %q: the store did not take the reset within %v, and a refill it got late may yet land: the buckets may have been refilled, in part or whole (a reset may be repeated safely): %v", p, adminDecideWithin, err))
 			return
 		}
 	}

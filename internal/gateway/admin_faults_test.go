@@ -393,3 +393,52 @@ func TestAdminChangeFencedOff(t *testing.T) {
 		t.Errorf("a change of known outcome was told %v later, and %d are pending", told, len(s.pending))
 	}
 }
+
+// TestAdminResetSlowRedis: a reset while Redis sleeps or is paused for
+// a while is answered 200 once the buckets are known full, and counted;
+// never "not reset" when a refill Redis got late may land after the
+// answer (before the fix it was answered 503 "not reset", and the bucket
+// was then full in 1 of 2 runs).
+func TestAdminResetSlowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	gw := startAdminGW(t, writeDeployment(t, t.TempDir(), fmt.Sprintf("store: {type: redis, redis: {url: %q}}\nadmin: {token_file: admin.token}\n", srv.URL())+adminPolicies))
+	faults := adminFaults(func(v *redistest.Server) { v.Restart() })[:2] // slowed, paused past one call
+	for _, f := range append(faults, faults...) {
+		id := "drained-" + strings.ReplaceAll(f.name, " ", "-")
+		for deadline := time.Now().Add(30 * time.Second); gw.check(t, "payments", id, 0).Remaining > 0; {
+			gw.check(t, "payments", id, 1)
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: could not drain %s's bucket", f.name, id)
+			}
+		}
+		counted := changesCounted(t, gw, "POST")
+		heal := f.inject(t, srv)
+		t0 := time.Now()
+		code, body := gw.call(t, "POST", "/v1/admin/reset/"+id+"?policy=payments", "")
+		took := time.Since(t0)
+		heal()
+		t.Logf("%s: reset answered %d in %v: %s", f.name, code, took.Round(time.Millisecond), strings.TrimSpace(body))
+		switch {
+		case code == 200:
+			// The store answers again: the bucket is full, however a
+			// starved machine delayed the answer.
+			var left int64
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				r := gw.check(t, "payments", id, 0)
+				if left = r.Remaining; r.DecidedBy == "store" || time.Now().After(deadline) {
+					break
+				}
+			}
+			if left != 3 {
+				t.Errorf("%s: the reset answered 200, yet %d of 3 tokens are left", f.name, left)
+			}
+			if got := changesCounted(t, gw, "POST") - counted; got != 1 {
+				t.Errorf("%s: the reset answered 200 was counted %v times, want 1", f.name, got)
+			}
+		case code == http.StatusServiceUnavailable && strings.Contains(body, `"outcome_unknown"`):
+			// Honest, and documented: Redis did not answer in time.
+		default:
+			t.Errorf("%s: reset answered %d %s; want 200, or 503 outcome_unknown", f.name, code, body)
+		}
+	}
+}
