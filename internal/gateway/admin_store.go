@@ -127,6 +127,7 @@ type memoryOverrides struct {
 	path string // "": none
 	log  *slog.Logger
 
+	every int   // compact after this many changes at least; 0: compactEvery
 	lines int   // changes appended since the last compaction
 	size  int64 // of the log, as far as it was written and synced
 	stale bool  // the log must be compacted before anything is appended
@@ -263,7 +264,11 @@ func (m *memoryOverrides) put(_ context.Context, table overrideTable, identity s
 	if m.path == "" {
 		return before, nil
 	}
-	if m.stale || m.lines >= max(compactEvery, len(table)) {
+	every := m.every
+	if every <= 0 {
+		every = compactEvery
+	}
+	if m.stale || m.lines >= max(every, len(table)) {
 		if err := m.compact(withIdentity(table, identity, o)); err != nil {
 			return nil, fmt.Errorf("admin.overrides_file: %w", err)
 		}
