@@ -226,7 +226,7 @@ func BenchmarkOverrideChangeMemoryFile(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "overrides.json")
 			table := overrideTable{}
 			for i := range n {
-				table[fmt.Sprintf("identity-%d", i)] = burstOf(int64(i + 1))
+				table[fmt.Sprintf("identity-%d", i)] = burstOf(int64(i%1000 + 1))
 			}
 			m := &memoryOverrides{path: path}
 			if err := m.compact(table); err != nil {
@@ -242,5 +242,20 @@ func BenchmarkOverrideChangeMemoryFile(b *testing.B) {
 				mustSet(b, s, fmt.Sprintf("identity-%d", i%n), burstOf(int64(i%1000+1)))
 			}
 		})
+	}
+}
+
+// BenchmarkOverridesLogCompaction: one compaction of the log at 10,000
+// identities, which happens once every 10,000 changes at that size.
+func BenchmarkOverridesLogCompaction(b *testing.B) {
+	table := overrideTable{}
+	for i := range 10000 {
+		table[fmt.Sprintf("identity-%d", i)] = burstOf(int64(i%1000 + 1))
+	}
+	m := &memoryOverrides{path: filepath.Join(b.TempDir(), "overrides.json")}
+	for b.Loop() {
+		if err := m.compact(table); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -652,7 +652,6 @@ func (s *overrideSync) refresh() {
 func (s *overrideSync) apply(table overrideTable, ver string) {
 	s.table, s.ver = table, ver
 	rules := make(map[string]map[string][]sluice.Rule)
-	s.rules = rules
 	for _, id := range slices.Sorted(maps.Keys(table)) {
 		for policy, written := range table[id] {
 			rs, err := parseRules(written, s.zone())
@@ -672,25 +671,21 @@ func (s *overrideSync) apply(table overrideTable, ver string) {
 // applyChange makes o identity's overrides in force (nil: none), reading
 // only them; s.mu is held.
 func (s *overrideSync) applyChange(identity string, o policyOverrides) {
-	for policy := range s.table[identity] {
-		delete(s.rules[policy], identity)
-	}
-	delete(s.table, identity)
+	rules := make(map[string][]sluice.Rule, len(o))
 	for _, policy := range slices.Sorted(maps.Keys(o)) {
 		rs, err := parseRules(o[policy], s.zone())
 		if err != nil {
 			s.log.Warn("sluice: runtime override ignored", "identity", identity, "policy", policy, "err", err)
 			continue
 		}
-		if s.rules[policy] == nil {
-			s.rules[policy] = make(map[string][]sluice.Rule)
-		}
-		s.rules[policy][identity] = rs
+		rules[policy] = rs
 	}
-	if o != nil {
+	if o == nil {
+		delete(s.table, identity)
+	} else {
 		s.table[identity] = o
 	}
-	s.live.Replace(s.rules)
+	s.live.Set(identity, rules)
 }
 
 // get returns identity's overrides, or nil.
