@@ -259,3 +259,34 @@ func BenchmarkOverridesLogCompaction(b *testing.B) {
 		}
 	}
 }
+
+// TestAdminOverridesFileTorn: a gateway whose overrides file ends in a
+// torn line (it crashed while it appended a change) starts, applies every
+// change before it, and logs a warning naming the file.
+func TestAdminOverridesFileTorn(t *testing.T) {
+	dir := t.TempDir()
+	path := writeDeployment(t, dir, "admin: {token_file: admin.token, overrides_file: overrides.json}\n"+adminPolicies)
+	gw := startAdminGW(t, path)
+	for _, body := range []string{`{"policies":{"payments":[{"rate":"100/h","burst":40}]}}`, `{"policies":{"payments":[{"rate":"100/h","burst":41}]}}`} {
+		if code, answer := gw.call(t, "PUT", "/v1/admin/overrides/acme", body); code != 200 {
+			t.Fatalf("PUT: %d %s", code, answer)
+		}
+	}
+	gw.stop()
+	file := filepath.Join(dir, "overrides.json")
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"identity":"acme","policies":{"payments":[{"rate":"100/h","bu`); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	gw = startAdminGW(t, path)
+	if got := gw.limit(t, "acme"); got != 41 {
+		t.Errorf("after a torn line acme's limit is %d, want 41 from the line before it", got)
+	}
+	if log := gw.log.String(); !strings.Contains(log, "torn line") || !strings.Contains(log, file) {
+		t.Errorf("no warning naming %s:\n%s", file, log)
+	}
+}

@@ -553,9 +553,8 @@ type overrideSync struct {
 	errors  func()                // counts a failed read of a shared backend
 	zone    func() *time.Location // quota_time_zone of the running configuration
 
-	mu      sync.Mutex                          // serialises changes and reloads of the table
-	table   overrideTable                       // changed in place by a change of the memory store
-	rules   map[string]map[string][]sluice.Rule // table's, parsed: policy → identity → rules
+	mu      sync.Mutex    // serialises changes and reloads of the table
+	table   overrideTable // changed in place by a change of the memory store
 	ver     string
 	loaded  bool // a shared backend was read at least once
 	failing bool // the last poll failed (logged once until it recovers)
