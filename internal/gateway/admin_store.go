@@ -597,6 +597,18 @@ func (s *overrideSync) close() {
 		s.done.Wait()
 		s.stop = nil
 	}
+	// Changes of unknown outcome get one more try: should Redis answer,
+	// each is logged as made, or fenced off for good.
+	s.mu.Lock()
+	if len(s.pending) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), adminCallTimeout)
+		s.resolvePending(ctx)
+		cancel()
+		for _, p := range s.pending {
+			s.log.Warn("sluice: an admin change of unknown outcome is still unresolved at exit; it may yet happen", "op_key", opKey(p.op))
+		}
+	}
+	s.mu.Unlock()
 	_ = s.backend.close()
 }
 
