@@ -106,7 +106,8 @@ func adminFaults(restart func(victim *redistest.Server)) []adminFault {
 }
 
 // watchBursts records every burst of acme's payments override that gw
-// applies, until the test ends.
+// applies, until the function it returns (or the test's end) stops it;
+// that function returns what it saw.
 func watchBursts(t *testing.T, gw *adminGW) func() map[int64]bool {
 	var mu sync.Mutex
 	seen := map[int64]bool{}
@@ -132,8 +133,10 @@ func watchBursts(t *testing.T, gw *adminGW) func() map[int64]bool {
 		}
 	}()
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(stop); wg.Wait() }) })
+	end := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(end)
 	return func() map[int64]bool {
+		end()
 		mu.Lock()
 		defer mu.Unlock()
 		return maps.Clone(seen)
@@ -263,6 +266,7 @@ func runAdminFaults(t *testing.T, store string, rc redis.UniversalClient, victim
 			counted := changesCounted(t, a, op) - metric // before the barrier's own change
 			barrier(t, a, b, 1000+n)
 			got := storedBurst(t, rc)
+			sawA, sawB := seenA(), seenB()
 			if applied {
 				if got != want {
 					t.Errorf("%s: Redis holds burst %d, want %d", what, got, want)
@@ -277,8 +281,8 @@ func runAdminFaults(t *testing.T, store string, rc redis.UniversalClient, victim
 				}
 				continue
 			}
-			if got == want || seenA()[want] || seenB()[want] {
-				t.Errorf("%s: yet Redis holds burst %d (want 7, or none if Redis lost its data), gateway a applied %v and b %v (bursts seen; 0: none)", what, got, seenA(), seenB())
+			if got == want || sawA[want] || sawB[want] {
+				t.Errorf("%s: yet Redis holds burst %d (want 7, or none if Redis lost its data), gateway a applied %v and b %v (bursts seen; 0: none)", what, got, sawA, sawB)
 			}
 			if counted != 0 {
 				t.Errorf("%s: counted %v times in sluice_admin_changes_total, want 0", what, counted)
