@@ -61,6 +61,34 @@ func (o *Overrides) Replace(rules map[string]map[string][]sluice.Rule) {
 	o.cur.Store(t)
 }
 
+// Set makes rules, policy name → rules, identity's whole set of
+// overrides (none: an empty or nil map), keeping the others'. It copies
+// only the maps of the policies whose overrides of identity change, not
+// every identity's rules as Replace does.
+func (o *Overrides) Set(identity string, rules map[string][]sluice.Rule) {
+	old := o.cur.Load()
+	t := &overrideTable{gen: overrideGen.Add(1), rules: make(map[string]map[string][]sluice.Rule)}
+	if old != nil {
+		maps.Copy(t.rules, old.rules) // the identity maps are shared until changed
+	}
+	for policy, ids := range t.rules {
+		if _, ok := ids[identity]; ok && rules[policy] == nil {
+			m := maps.Clone(ids)
+			delete(m, identity)
+			t.rules[policy] = m
+		}
+	}
+	for policy, rs := range rules {
+		m := maps.Clone(t.rules[policy])
+		if m == nil {
+			m = make(map[string][]sluice.Rule, 1)
+		}
+		m[identity] = slices.Clone(rs)
+		t.rules[policy] = m
+	}
+	o.cur.Store(t)
+}
+
 // Rules returns identity's runtime rules under policy, if it has some.
 func (o *Overrides) Rules(policy, identity string) ([]sluice.Rule, bool) {
 	t := o.cur.Load()

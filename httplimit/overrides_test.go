@@ -155,3 +155,39 @@ func BenchmarkRuntimeOverrideLookup(b *testing.B) {
 		}
 	}
 }
+
+// TestRuntimeOverrideSet: Set changes one identity's overrides, keeps
+// every other identity's, and a Limiter applies the change at its next
+// request; a Set without a policy removes the identity's override of it.
+func TestRuntimeOverrideSet(t *testing.T) {
+	ov := &Overrides{}
+	e := overrideEnv(t, ov)
+	ov.Set("acme", map[string][]sluice.Rule{"api": rule(1.0/3600, 7)})
+	ov.Set("beta", map[string][]sluice.Rule{"api": rule(1.0/3600, 5), "other": rule(1, 9)})
+	if n := drain(t, e.lim, "acme"); n != 7 {
+		t.Errorf("acme with a runtime burst of 7 passed %d", n)
+	}
+	before, _ := ov.Rules("api", "beta")
+	ov.Set("acme", map[string][]sluice.Rule{"other": rule(1, 1)})
+	if rs, ok := ov.Rules("api", "acme"); ok {
+		t.Errorf("acme's override of api after a Set without it: %v", rs)
+	}
+	if rs, ok := ov.Rules("other", "acme"); !ok || rs[0].Burst != 1 {
+		t.Errorf("acme's override of other: %v %v", rs, ok)
+	}
+	if rs, ok := ov.Rules("api", "beta"); !ok || rs[0] != before[0] {
+		t.Errorf("beta's override changed by a Set of acme: %v %v", rs, ok)
+	}
+	if n := drain(t, e.lim, "beta"); n != 5 {
+		t.Errorf("beta with a runtime burst of 5 passed %d", n)
+	}
+	ov.Set("beta", nil)
+	if _, ok := ov.Rules("other", "beta"); ok {
+		t.Error("beta still has an override of other after Set(beta, nil)")
+	}
+	// acme's api bucket under the runtime rule is spent; back on the
+	// policy's rules (another key) it has its 3.
+	if n := drain(t, e.lim, "acme"); n != 3 {
+		t.Errorf("acme back on the policy's burst of 3 passed %d", n)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // The admin API, under /v1/admin/ on the admin listener, behind the bearer
@@ -63,9 +64,16 @@ func (g *Gateway) openOverrides(cfg *config.Config) error {
 		g.adminMetrics.changes.WithLabelValues(op)
 	}
 	g.reg.MustRegister(g.adminMetrics.changes, g.adminMetrics.readErrors)
-	var backend overrideBackend = &memoryOverrides{path: cfg.Admin.OverridesPath()}
+	var backend overrideBackend = &memoryOverrides{path: cfg.Admin.OverridesPath(), log: g.log}
 	if g.redisClient != nil {
-		backend = &redisOverrides{client: g.redisClient}
+		// A client of its own, whose calls may last adminCallTimeout:
+		// the store's is cut at its deadline of milliseconds, and a
+		// change it gave up on may happen after all.
+		client, err := redisstore.NewClient(redisClientOptions(cfg.Store.Redis, adminCallTimeout, 4))
+		if err != nil {
+			return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
+		}
+		backend = &redisOverrides{client: client}
 	}
 	g.overrides = &httplimit.Overrides{}
 	g.overrideStore = &overrideSync{backend: backend, live: g.overrides, log: g.log, errors: g.adminMetrics.readErrors.Inc,
@@ -188,10 +196,9 @@ func (g *Gateway) putOverride(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	before, err := g.overrideStore.set(r.Context(), id, o)
+	before, err := g.overrideStore.set(r.Context(), id, o, g.lateChange(r, "set", id, o))
 	if err != nil {
-		g.log.Error("sluice: admin change failed", "op", "set", "identity", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the override was not saved: "+err.Error())
+		g.changeFailed(w, "set", id, err)
 		return
 	}
 	g.logChange(r, "set", id, before, o)
@@ -207,10 +214,9 @@ func (g *Gateway) deleteOverride(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no_override", fmt.Sprintf("%q has no runtime override to delete", id))
 		return
 	}
-	before, err := g.overrideStore.set(r.Context(), id, nil)
+	before, err := g.overrideStore.set(r.Context(), id, nil, g.lateChange(r, "delete", id, nil))
 	if err != nil {
-		g.log.Error("sluice: admin change failed", "op", "delete", "identity", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the override was not deleted: "+err.Error())
+		g.changeFailed(w, "delete", id, err)
 		return
 	}
 	g.logChange(r, "delete", id, before, nil)
@@ -244,10 +250,27 @@ func (g *Gateway) resetIdentity(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A refill that failed may yet land (Redis runs a script it got late,
+	// after the call gave up): its outcome is unknown. Refilling is
+	// idempotent, so a failed one is tried again, until one is known to
+	// have been taken; only then is the answer 200.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), adminDecideWithin)
+	defer cancel()
 	for _, p := range names {
-		if err := lim.Reset(r.Context(), p, id); err != nil {
-			g.log.Error("sluice: admin change failed", "op", "reset", "identity", id, "policy", p, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "store_unavailable", fmt.Sprintf("policy %q: the buckets were not reset: %v", p, err))
+		for {
+			err := lim.Reset(ctx, p, id)
+			if err == nil {
+				break
+			}
+			if ctx.Err() == nil && !errors.Is(err, sluice.ErrInvalid) && !errors.Is(err, httplimit.ErrUnknownPolicy) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+					continue
+				}
+			}
+			g.log.Error("sluice: admin reset of unknown outcome: the buckets may have been refilled, in part or whole", "op", "reset", "identity", id, "policy", p, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "outcome_unknown", fmt.Sprintf("policy %q: the store did not take the reset within %v, and a refill it got late may yet land: the buckets may have been refilled, in part or whole (a reset may be repeated safely): %v", p, adminDecideWithin, err))
 			return
 		}
 	}
@@ -335,13 +358,49 @@ func (g *Gateway) validateOverride(o policyOverrides) error {
 // logChange logs and counts one change: who (the peer, and the
 // X-Sluice-Actor header the caller may add), what, before and after.
 func (g *Gateway) logChange(r *http.Request, op, id string, before, after any) {
+	g.audit("sluice: admin change", op, id, r.RemoteAddr, actorOf(r), before, after)
+}
+
+func (g *Gateway) audit(msg, op, id, peer, actor string, before, after any) {
 	g.adminMetrics.changes.WithLabelValues(op).Inc()
+	g.log.Info(msg, "op", op, "identity", id, "peer", peer, "actor", actor,
+		"before", jsonText(before), "after", jsonText(after))
+}
+
+// actorOf is the X-Sluice-Actor header, valid UTF-8 and bounded.
+func actorOf(r *http.Request) string {
 	actor := strings.ToValidUTF8(r.Header.Get("X-Sluice-Actor"), "?")
 	if len(actor) > maxActor {
 		actor = strings.ToValidUTF8(actor[:maxActor], "") + "…"
 	}
-	g.log.Info("sluice: admin change", "op", op, "identity", id, "peer", r.RemoteAddr, "actor", actor,
-		"before", jsonText(before), "after", jsonText(after))
+	return actor
+}
+
+// lateChange is told what became of a change whose answer was that Redis
+// did not say whether it happened: one that happened is logged and
+// counted as every change is, one that did not is logged.
+func (g *Gateway) lateChange(r *http.Request, op, id string, after policyOverrides) lateOutcome {
+	peer, actor := r.RemoteAddr, actorOf(r)
+	return func(applied bool, before policyOverrides) {
+		if applied {
+			g.audit("sluice: admin change (it happened after its answer said its outcome was unknown)", op, id, peer, actor, before, after)
+			return
+		}
+		g.log.Info("sluice: admin change did not happen (its answer said its outcome was unknown; it is fenced off and never will)", "op", op, "identity", id, "peer", peer, "actor", actor)
+	}
+}
+
+// changeFailed answers a change of the overrides that failed: 503
+// store_unavailable when it did not happen (and never will), 503
+// outcome_unknown when Redis gave no answer to say.
+func (g *Gateway) changeFailed(w http.ResponseWriter, op, id string, err error) {
+	if errors.Is(err, errOutcomeUnknown) {
+		g.log.Error("sluice: admin change of unknown outcome; the gateway resolves it when Redis answers, and logs what became of it", "op", op, "identity", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "outcome_unknown", fmt.Sprintf("Redis did not say within %v whether the change happened: it may have or not. The gateway asks again until Redis answers, fences the change off if it has not happened, and logs what became of it; GET the override to see. (%v)", adminDecideWithin, err))
+		return
+	}
+	g.log.Error("sluice: admin change failed; nothing changed", "op", op, "identity", id, "err", err)
+	writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the change was not made, and nothing changed: "+err.Error())
 }
 
 func jsonText(v any) string {

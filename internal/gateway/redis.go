@@ -34,15 +34,11 @@ const (
 // answering a burst (or a busy machine) late.
 func redisMaxWait(r config.Redis) time.Duration { return 20 * r.Timeout }
 
-// newRedisStore connects the store of a `store.type: redis` section. A
-// wrong password or an untrusted certificate is an error: no retry will
-// cure it. A Redis that does not answer at start is logged, not fatal: the
-// failure policy (on_error) decides requests until it answers. The
-// eviction policy of every master is read and reported (see
-// checkEviction).
-func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, string, error) {
-	redis.SetLogger(redisLog{log})
-	client, err := redisstore.NewClient(redisstore.ClientOptions{
+// redisClientOptions are the client options of r, with the read and write
+// timeout and pool size given. Calls are never retried (FailFast): a write
+// that timed out may yet have happened, and must not happen twice.
+func redisClientOptions(r config.Redis, timeout time.Duration, pool int) redisstore.ClientOptions {
+	return redisstore.ClientOptions{
 		URL:            r.URL,
 		Username:       r.Username,
 		Password:       r.Password.Reveal(),
@@ -52,10 +48,21 @@ func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *re
 		CACertFile:     r.TLS.CAFile,
 		CertFile:       r.TLS.CertFile,
 		KeyFile:        r.TLS.KeyFile,
-		Timeout:        redisMaxWait(r),
-		PoolSize:       redisPoolSize,
+		Timeout:        timeout,
+		PoolSize:       pool,
 		FailFast:       true,
-	})
+	}
+}
+
+// newRedisStore connects the store of a `store.type: redis` section. A
+// wrong password or an untrusted certificate is an error: no retry will
+// cure it. A Redis that does not answer at start is logged, not fatal: the
+// failure policy (on_error) decides requests until it answers. The
+// eviction policy of every master is read and reported (see
+// checkEviction).
+func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, string, error) {
+	redis.SetLogger(redisLog{log})
+	client, err := redisstore.NewClient(redisClientOptions(r, redisMaxWait(r), redisPoolSize))
 	if err != nil {
 		return nil, nil, "", err
 	}
