@@ -148,7 +148,7 @@ func drainOnce(t *testing.T, delay time.Duration) bool {
 	select {
 	case r := <-slow:
 		if r.err != nil || r.code != 200 || r.body != "upstream /slow" {
-			t.Fatalf("the request in flight at SIGTERM: %+v; want the upstream's answer", r)
+			t.Fatalf("the request in flight at SIGTERM: %d %q %v; want the upstream's answer", r.code, r.body, r.err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the request in flight never finished")
