@@ -135,3 +135,24 @@ func TestReloaderRotation(t *testing.T) {
 		t.Fatalf("%d ERROR lines; want 2:\n%s", n, log)
 	}
 }
+
+// TestReloaderClientCA: a new client CA file is read as the certificate
+// is, and mutual TLS stays required.
+func TestReloaderClientCA(t *testing.T) {
+	dir := t.TempDir()
+	first, second := certstest.NewCA(t, "first CA"), certstest.NewCA(t, "second CA")
+	cert, key := first.Issue(t, "server").Write(t, dir, "tls")
+	caFile := filepath.Join(dir, "ca.pem")
+	certstest.WriteFile(t, caFile, first.PEM)
+	r, err := certs.NewReloader(certs.Files{Cert: cert, Key: key, ClientCA: caFile}, &tls.Config{}, slog.New(slog.NewTextHandler(&logSink{}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Config(); !c.ClientCAs.Equal(first.Pool()) || c.ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Fatalf("client CAs %v, auth %v; want the first CA, required", c.ClientCAs, c.ClientAuth)
+	}
+	certstest.WriteFile(t, caFile, second.PEM)
+	if c := r.Config(); !r.Check() || !r.Config().ClientCAs.Equal(second.Pool()) || r.Config().ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Fatalf("after the CA file changed: client CAs %v (was %v); want the second CA, required", r.Config().ClientCAs, c.ClientCAs)
+	}
+}

@@ -300,4 +300,21 @@ func TestTLSRotation(t *testing.T) {
 			t.Errorf("%s after a broken rotation: serial %v, %v; want the second pair, %v", addr, got, err, second.Cert.SerialNumber)
 		}
 	}
+
+	// A changed tls section applies at the next restart, and a reload says so.
+	gw.ca.Issue(t, "server").Write(t, gw.dir, "server")
+	path := filepath.Join(gw.dir, "sluice.yaml")
+	yaml, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(yaml), "key_file: server.key}", "key_file: server.key, min_version: \"1.3\"}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(gw.log.String(), "a tls section changed; it applies at the next restart") {
+		t.Errorf("no warning that the tls section applies at the next restart:\n%s", gw.log)
+	}
 }
