@@ -156,3 +156,38 @@ func TestReloaderClientCA(t *testing.T) {
 		t.Fatalf("after the CA file changed: client CAs %v (was %v); want the second CA, required", r.Config().ClientCAs, c.ClientCAs)
 	}
 }
+
+// TestReloaderSymlinkSwap: Kubernetes updates a Secret volume by pointing
+// the ..data symlink at a new directory; the files the configuration names
+// are symlinks through it and never change themselves.
+func TestReloaderSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, "test CA")
+	version := func(name, cn string) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ca.Issue(t, cn).Write(t, filepath.Join(dir, name), "tls")
+		// ln -sfn, atomically: a new link renamed over the old.
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_01", "first")
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := certs.NewReloader(certs.Files{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}, &tls.Config{}, slog.New(slog.NewTextHandler(&logSink{}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version("..2026_02", "second")
+	if !r.Check() || served(r) != "second" {
+		t.Fatalf("serving %q after the ..data swap; want second", served(r))
+	}
+}
