@@ -318,3 +318,42 @@ func TestTLSRotation(t *testing.T) {
 		t.Errorf("no warning that the tls section applies at the next restart:\n%s", gw.log)
 	}
 }
+
+// TestTLSSilentClients: connections that never start their handshake
+// cannot hold a TLS listener: each is closed after read_header_timeout,
+// and its slot of max_connections serves a real client again.
+func TestTLSSilentClients(t *testing.T) {
+	gw := startTLSGW(t, everyListener+"tls: {cert_file: server.crt, key_file: server.key}\n"+
+		"server: {read_header_timeout: 1s, read_timeout: 2s, max_delay_limit: 500ms, max_connections: 2}\n")
+	for _, addr := range []string{gw.traffic, gw.rls} {
+		var silent []net.Conn
+		for range 2 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			silent = append(silent, c)
+		}
+		for _, c := range silent {
+			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				t.Fatalf("%s: a silent connection still open after a minute (read_header_timeout 1s): %v", addr, err)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := fetch(httpsClient(gw.ca.Pool()), "GET", gw.trafficURL+"/x", "")
+		if err == nil && code == 200 && body == "upstream" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the silent connections were cut: %d %q %v; want served", code, body, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := grpcCall(gw.rls, &tls.Config{RootCAs: gw.ca.Pool()}); err != nil {
+		t.Fatalf("gRPC after the silent connections were cut: %v", err)
+	}
+}
