@@ -189,3 +189,32 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Fatalf("a new connection after the stop: %v; want refused", err)
 	}
 }
+
+// TestShutdownFieldsReload: the shutdown fields apply from a reload on,
+// without the warning that the server section needs a restart.
+func TestShutdownFieldsReload(t *testing.T) {
+	g, log, _, _ := drainGW(t, "server: {shutdown_delay: 10m}\n")
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	yaml, err := os.ReadFile(g.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(g.path, []byte(strings.Replace(string(yaml), "shutdown_delay: 10m", "shutdown_delay: 0s, shutdown_timeout: 3s", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(log.String(), "the server section changed") {
+		t.Fatalf("a reload of the shutdown fields warns that they need a restart:\n%s", log)
+	}
+	drained := make(chan struct{})
+	go func() { g.Drain(context.Background()); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Drain still waits the 10m delay of before the reload; want the reloaded 0s")
+	}
+}

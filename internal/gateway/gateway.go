@@ -503,9 +503,6 @@ func (g *Gateway) DecisionAddr() net.Addr {
 // ending ctx lets load balancers notice first.
 func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	cfg := g.Config()
-	if grace <= 0 {
-		grace = cfg.Server.ShutdownTimeout
-	}
 	g.traffic = newServer(g, cfg.Server, g.log)
 	g.admin = newServer(g.Admin(), cfg.Server, g.log)
 	mode := "reverse proxy to " + cfg.Upstream
@@ -541,6 +538,9 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	}
+	if grace <= 0 {
+		grace = g.Config().Server.ShutdownTimeout // as the configuration says now
 	}
 	g.log.Info("sluice: shutting down: the listeners stop accepting; requests in flight may finish", "shutdown_timeout", grace)
 	serr := g.shutdown(grace)
