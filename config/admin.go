@@ -22,6 +22,8 @@ type Admin struct {
 	// read at start). Relative to the configuration file. Empty: they last
 	// until the process ends. The Redis store keeps them in Redis instead.
 	OverridesFile string `yaml:"overrides_file"`
+	// TLS of the admin listener, in place of the top-level tls (tls.go).
+	TLS *TLS `yaml:"tls"`
 
 	token         []byte // read from TokenFile by Load
 	overridesFile string // OverridesFile resolved against the file's directory

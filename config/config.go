@@ -74,6 +74,7 @@ type Config struct {
 	AccessLog   AccessLog   `yaml:"access_log"`   // one line per request on the traffic listener (accesslog.go)
 	EnvoyRLS    EnvoyRLS    `yaml:"envoy_rls"`    // Envoy's rate limit service, gRPC (envoyrls.go)
 	Reload      Reload      `yaml:"reload"`       // watch the files and reload on change (reload.go)
+	TLS         *TLS        `yaml:"tls"`          // TLS on every listener; a listener's own tls replaces it (tls.go)
 	// What 429s and the headers look like beside headers: (see headers.go).
 	XRateLimitHeaders bool          `yaml:"x_ratelimit_headers"` // also X-RateLimit-Limit, -Remaining, -Reset
 	RetryAfterJitter  time.Duration `yaml:"retry_after_jitter"`  // up to this much added to a 429's Retry-After

@@ -17,6 +17,8 @@ type DecisionAPI struct {
 	// OnTrafficListener also serves /v1/check and /v1/authz on the
 	// traffic listener, where they hide the upstream's own. Default false.
 	OnTrafficListener bool `yaml:"on_traffic_listener"`
+	// TLS of the decision listener, in place of the top-level tls (tls.go).
+	TLS *TLS `yaml:"tls"`
 
 	token []byte // read from TokenFile by Load
 }

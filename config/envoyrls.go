@@ -30,6 +30,8 @@ type EnvoyRLS struct {
 	// *.yaml and *.yml in it, one domain each. Relative to the
 	// configuration file.
 	ConfigDir string `yaml:"config_dir"`
+	// TLS of the gRPC listener, in place of the top-level tls (tls.go).
+	TLS *TLS `yaml:"tls"`
 
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor

@@ -41,6 +41,14 @@ type Server struct {
 	MaxConnections int `yaml:"max_connections"`
 	// MaxDelayLimit is the most a policy's max_delay may be; default 10s.
 	MaxDelayLimit time.Duration `yaml:"max_delay_limit"`
+	// ShutdownDelay is how long the listeners keep serving after SIGTERM,
+	// /readyz answering 503 meanwhile, so that load balancers stop sending
+	// before they stop accepting; default 5s, 0s: none (drain.go).
+	ShutdownDelay *time.Duration `yaml:"shutdown_delay"`
+	// ShutdownTimeout bounds how long requests in flight may finish once
+	// the listeners stopped accepting; default 15s. Beyond it their
+	// connections are closed.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
 
 // Defaults of the server section.
@@ -53,7 +61,14 @@ const (
 	DefaultMaxInFlight       = 10_000
 	DefaultMaxConnections    = 10_000
 	DefaultMaxDelayLimit     = 10 * time.Second
+	DefaultShutdownDelay     = 5 * time.Second
+	DefaultShutdownTimeout   = 15 * time.Second
 )
+
+// maxShutdown bounds shutdown_delay and shutdown_timeout: a process that
+// takes longer to stop is killed by whatever stops it (Kubernetes' grace
+// period is 30s by default).
+const maxShutdown = 10 * time.Minute
 
 // BodyLimit returns the bound on a proxied request's body, 0 for none.
 func (s *Server) BodyLimit() int64 {
@@ -73,6 +88,11 @@ func (s *Server) defaults() {
 	dur(&s.ReadTimeout, DefaultReadTimeout)
 	dur(&s.IdleTimeout, DefaultIdleTimeout)
 	dur(&s.MaxDelayLimit, DefaultMaxDelayLimit)
+	dur(&s.ShutdownTimeout, DefaultShutdownTimeout)
+	if s.ShutdownDelay == nil {
+		d := DefaultShutdownDelay
+		s.ShutdownDelay = &d
+	}
 	if s.MaxHeaderBytes == 0 {
 		s.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -98,6 +118,7 @@ func (v *validator) server() {
 		{"read_timeout", s.ReadTimeout},
 		{"idle_timeout", s.IdleTimeout},
 		{"max_delay_limit", s.MaxDelayLimit},
+		{"shutdown_timeout", s.ShutdownTimeout},
 	} {
 		if f.d < 0 {
 			v.fail("server."+f.field, "%v: want a positive duration such as 10s", f.d)
@@ -105,6 +126,12 @@ func (v *validator) server() {
 	}
 	if s.WriteTimeout < 0 {
 		v.fail("server.write_timeout", "%v: want 0s (none) or a positive duration such as 1m", s.WriteTimeout)
+	}
+	if *s.ShutdownDelay < 0 || *s.ShutdownDelay > maxShutdown {
+		v.fail("server.shutdown_delay", "%v: want how long to keep serving after SIGTERM, from 0s (none) to %v, such as 5s", *s.ShutdownDelay, maxShutdown)
+	}
+	if s.ShutdownTimeout > maxShutdown {
+		v.fail("server.shutdown_timeout", "%v: want at most %v, such as 15s", s.ShutdownTimeout, maxShutdown)
 	}
 	if s.MaxHeaderBytes < 1<<10 || s.MaxHeaderBytes > 16<<20 {
 		v.fail("server.max_header_bytes", "%d: want a size from 1024 to 16777216 bytes, such as 65536", s.MaxHeaderBytes)

@@ -116,6 +116,7 @@ func (v *validator) validate() {
 	v.admin()
 	v.accessLog()
 	v.server()
+	v.tls()
 	v.responses()
 }
 

@@ -33,8 +33,8 @@ Commands:
                         API POST /v1/check on a listener of its own, and an
                         admin listener with /metrics, /healthz and /readyz.
                         A change of the file applies on its own (it is
-                        watched), and on SIGHUP; SIGTERM or SIGINT shut
-                        down gracefully.
+                        watched), and on SIGHUP; SIGTERM drains and shuts
+                        down gracefully, SIGINT without the drain delay.
   check-config FILE     validate a configuration file; exit status 2 and
                         every problem (file:line: field: what is wrong) when
                         it is invalid.
@@ -171,8 +171,11 @@ unless reload.watch is false. SIGHUP reopens the access log
 Either way, an invalid file, an empty one, or one without a policies key
 while policies are running is logged and the running configuration kept.
 ${VAR} and ${VAR:-default} in FILE's values are read from the
-environment. SIGTERM and SIGINT stop accepting and let requests in flight
-finish.
+environment. SIGTERM drains: /readyz answers 503 at once, the listeners
+serve for server.shutdown_delay (5s) so that load balancers stop sending,
+then stop accepting, and requests in flight finish within
+server.shutdown_timeout (15s). SIGINT skips the delay; a second signal
+ends the process at once.
 
 Exit status: 0 after a clean shutdown, 2 when FILE is invalid, 1 otherwise.
 
@@ -182,7 +185,7 @@ Flags:
 func serve(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve", serveDoc, stdout, stderr)
 	path := fs.String("config", "", "configuration file (required)")
-	grace := fs.Duration("shutdown-grace", 15*time.Second, "how long requests in flight may finish at shutdown")
+	grace := fs.Duration("shutdown-grace", 0, "how long requests in flight may finish at shutdown, in place of server.shutdown_timeout (15s by default)")
 	lf := addLogFlags(fs)
 	if code := fs.parse(args); code >= 0 {
 		return code
@@ -217,12 +220,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := stopOnSignal(g)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second signal ends the process at once, in-flight requests or not
-	}()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -242,6 +241,29 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stopOnSignal returns a context that ends when serve should stop
+// accepting. SIGTERM, what an orchestrator sends, drains first: /readyz
+// fails at once and the listeners serve for server.shutdown_delay, so that
+// load balancers stop sending; SIGINT (Ctrl-C) skips the delay. A second
+// signal ends the process at once, requests in flight or not.
+func stopOnSignal(g *gateway.Gateway) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		select {
+		case s := <-sig:
+			signal.Stop(sig)
+			if s == syscall.SIGTERM {
+				g.Drain(ctx)
+			}
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, func() { signal.Stop(sig); cancel() }
 }
 
 const checkDoc = `Usage: sluice check-config FILE

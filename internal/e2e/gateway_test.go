@@ -138,7 +138,8 @@ func startGatewayBinary(t *testing.T, binary, upstream, store, policies string) 
 		close(g.exited)
 	}()
 	t.Cleanup(func() {
-		g.cmd.Process.Signal(syscall.SIGTERM)
+		// SIGINT stops at once; SIGTERM would first drain for server.shutdown_delay.
+		g.cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-g.exited:
 		case <-time.After(10 * time.Second):

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -47,6 +49,9 @@ type Options struct {
 	// fresh goroutine grows its stack again in every call (gRPC's
 	// NumStreamWorkers). Default StreamWorkersPerCPU × GOMAXPROCS.
 	StreamWorkers int
+	// TLS, when set, serves gRPC over TLS with it (its NextProtos must
+	// offer h2); nil: plain text.
+	TLS *tls.Config
 }
 
 // StreamWorkersPerCPU is the default of Options.StreamWorkers per
@@ -96,7 +101,7 @@ func New(source Source, opts Options) *Server {
 		opts.Rejected = func(string) {}
 	}
 	s := &Server{opts: opts, health: health.NewServer()}
-	s.grpc = grpc.NewServer(
+	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxInFlight, 1<<20))),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
@@ -104,7 +109,11 @@ func New(source Source, opts Options) *Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.bound),
 		grpc.NumStreamWorkers(uint32(min(opts.StreamWorkers, opts.MaxInFlight))),
-	)
+	}
+	if opts.TLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	s.grpc = grpc.NewServer(serverOpts...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, &service{source: source, log: opts.Logger, now: opts.Now})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -130,6 +139,10 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 func (s *Server) Serve(ln net.Listener) error {
 	return s.grpc.Serve(&boundedListener{Listener: ln, slots: make(chan struct{}, s.opts.MaxConnections), rejected: s.opts.Rejected})
 }
+
+// Drain reports NOT_SERVING to health checks and goes on serving calls,
+// so that Envoy moves to another instance before Stop.
+func (s *Server) Drain() { s.health.Shutdown() }
 
 // Stop reports NOT_SERVING, stops accepting and lets the calls in flight
 // finish until ctx ends, then closes every connection.

@@ -17,6 +17,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +69,10 @@ type Gateway struct {
 	trafficLn, adminLn, decisionLn net.Listener
 	rls                            *envoyrls.Server // envoy_rls: the gRPC listener (nil: off)
 	rlsLn                          net.Listener
+	tlsConfigs                     map[string]*tls.Config // by listener; absent: plain text (tls.go)
+
+	drainMu  sync.Mutex  // guards rls against Drain (drain.go)
+	draining atomic.Bool // /readyz answers 503
 
 	trafficFlight, decisionFlight *inFlight // requests in flight per listener
 	rejections                    *prometheus.CounterVec
@@ -345,6 +350,9 @@ func (g *Gateway) Admin() http.Handler {
 // read-only replica) is reported, not only one that is down; the key's
 // bucket is full again at once, so it expires within a second.
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	if g.serveDraining(w) {
+		return
+	}
 	st := g.state.Load()
 	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
 	defer cancel()
@@ -419,6 +427,7 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 		g.log.Warn("sluice: a listen address changed; it applies at the next restart", "file", g.path)
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
+	g.warnRestartTLS(old, cfg)
 	if old.Admin.OverridesFile != cfg.Admin.OverridesFile {
 		g.log.Warn("sluice: admin.overrides_file changed; it applies at the next restart", "file", g.path)
 	}
@@ -435,6 +444,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 // gRPC listener of envoy_rls when it has an address.
 func (g *Gateway) Listen() error {
 	cfg := g.Config()
+	if err := g.initTLS(cfg); err != nil {
+		return err
+	}
 	var err error
 	if g.trafficLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -475,7 +487,7 @@ func (g *Gateway) RLSAddr() net.Addr {
 // serveRLS serves Envoy's rate limit service on the gRPC listener, with
 // the descriptors and the Limiter of the running configuration.
 func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
-	g.rls = envoyrls.New(func() (*config.EnvoyRLS, *httplimit.Limiter) {
+	rls := envoyrls.New(func() (*config.EnvoyRLS, *httplimit.Limiter) {
 		st := g.state.Load()
 		return &st.cfg.EnvoyRLS, st.limiter
 	}, envoyrls.Options{
@@ -486,8 +498,10 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		IdleTimeout:      cfg.Server.IdleTimeout,
 		Rejected:         func(reason string) { g.rejected("envoy_rls", reason) },
 		Logger:           g.log,
+		TLS:              g.TLS(config.ListenerEnvoyRLS),
 	})
-	go func() { errc <- g.rls.Serve(g.rlsLn) }()
+	g.setRLS(rls)
+	go func() { errc <- rls.Serve(g.rlsLn) }()
 }
 
 // Addrs returns the addresses the traffic and admin listeners are bound to.
@@ -506,7 +520,8 @@ func (g *Gateway) DecisionAddr() net.Addr {
 
 // Serve serves on the listeners of Listen until ctx ends, then shuts down
 // gracefully: it stops accepting, lets requests in flight finish (for up to
-// grace), and closes the store.
+// grace; 0: server.shutdown_timeout), and closes the store. Drain before
+// ending ctx lets load balancers notice first.
 func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	cfg := g.Config()
 	g.traffic = newServer(g, cfg.Server, g.log)
@@ -527,11 +542,15 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 			"domains", len(cfg.EnvoyRLS.Domains()), "limits", len(cfg.EnvoyRLS.Policies()))
 	}
 	errc := make(chan error, 4)
-	go func() { errc <- g.traffic.Serve(g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")) }()
-	go func() { errc <- g.admin.Serve(g.adminLn) }()
+	go func() {
+		errc <- g.traffic.Serve(g.tlsListener(config.ListenerTraffic, g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")))
+	}()
+	go func() { errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.adminLn)) }()
 	if g.decisionLn != nil {
 		g.decision = newServer(g.Decision(), cfg.Server, g.log)
-		go func() { errc <- g.decision.Serve(g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")) }()
+		go func() {
+			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")))
+		}()
 	}
 	if g.rlsLn != nil {
 		g.serveRLS(cfg, errc)
@@ -541,24 +560,17 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	g.log.Info("sluice: shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	e1 := g.traffic.Shutdown(sctx)
-	e2 := g.admin.Shutdown(sctx)
-	var e3, e4 error
-	if g.decision != nil {
-		e3 = g.decision.Shutdown(sctx)
+	if grace <= 0 {
+		grace = g.Config().Server.ShutdownTimeout // as the configuration says now
 	}
-	if g.rls != nil {
-		e4 = g.rls.Stop(sctx)
-	}
+	g.log.Info("sluice: shutting down: the listeners stop accepting; requests in flight may finish", "shutdown_timeout", grace)
+	serr := g.shutdown(grace)
 	g.closeAccessLog()
 	_ = g.closeStore()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return errors.Join(e1, e2, e3, e4)
+	return serr
 }
 
 // Close releases the store of a gateway that never served.

@@ -279,6 +279,9 @@ func rejectReason(status int) string {
 func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
 	o, n := old.Server, cfg.Server
 	o.MaxBodyBytes, n.MaxBodyBytes = nil, nil
+	// The shutdown fields are read when the gateway stops (drain.go).
+	o.ShutdownDelay, n.ShutdownDelay = nil, nil
+	o.ShutdownTimeout, n.ShutdownTimeout = 0, 0
 	if o != n {
 		log.Warn("sluice: the server section changed; its timeouts and bounds apply at the next restart", "file", path)
 	}
