@@ -36,9 +36,9 @@ func TestTLSBadFiles(t *testing.T) {
 		}
 	}
 
-	expired := write("expired.yaml", "tls: {cert_file: expired.crt, key_file: expired.key}\n")
+	expired := write("expired.yaml", "policies: []\ntls: {cert_file: expired.crt, key_file: expired.key}\n")
 	code, out, errOut := runBinary(t, "check-config", expired)
-	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(errOut, "warning: "+expired+":1: tls.cert_file: the certificate expired at ") {
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(errOut, "warning: "+expired+":2: tls.cert_file: the certificate expired at ") {
 		t.Errorf("an expired certificate: exit %d, stdout %q, stderr %q; want 0 and a warning", code, out, errOut)
 	}
 }
