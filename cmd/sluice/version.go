@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-	"strings"
+
+	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
 // versionLine says which sluice this is: the module version (a tag for
@@ -14,48 +15,12 @@ func versionLine(info *debug.BuildInfo, ok bool) string {
 	if !ok || info == nil {
 		return "sluice (unknown version: built without module information)"
 	}
-	version := info.Main.Version
-	if version == "" {
-		version = "(devel)"
+	b := buildinfo.Parse(info, ok)
+	line := fmt.Sprintf("sluice %s revision %s", b.Version, b.Revision)
+	if b.Time != "" {
+		line += " (" + b.Time + ")"
 	}
-	var rev, at, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+dirty"
-			}
-		}
-	}
-	if rev == "" {
-		rev = pseudoRevision(version) // go install …@latest records no vcs.* settings
-	}
-	line := fmt.Sprintf("sluice %s revision %s%s", version, rev, modified)
-	if at != "" {
-		line += " (" + at + ")"
-	}
-	return line + " " + info.GoVersion
-}
-
-// pseudoRevision is the commit prefix a pseudo-version such as
-// v0.0.0-20261203153631-3d44cd015ef7 ends with, or "unknown".
-func pseudoRevision(version string) string {
-	version, _, _ = strings.Cut(version, "+")
-	i := strings.LastIndexByte(version, '-')
-	if i < 0 || len(version)-i-1 != 12 || strings.Count(version, "-") < 2 {
-		return "unknown"
-	}
-	rev := version[i+1:]
-	for _, c := range rev {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return "unknown"
-		}
-	}
-	return rev
+	return line + " " + b.GoVersion
 }
 
 const versionDoc = `Usage: sluice version

@@ -18,12 +18,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -36,10 +37,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/resilient"
@@ -47,11 +50,16 @@ import (
 
 // Gateway is one running `sluice serve`.
 type Gateway struct {
-	path    string
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *httplimit.Metrics
-	reloads *prometheus.CounterVec
+	path     string
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	metrics  *httplimit.Metrics
+	reloads  *prometheus.CounterVec
+	upstream *upstreamMetrics
+	proxyLog *log.Logger // the reverse proxy's own errors
+
+	tracing *tracing     // nil: off (tracing.go)
+	tracer  trace.Tracer // tracing's, or nil
 
 	store      sluice.Store // what the policies check
 	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
@@ -107,6 +115,16 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
+	g.upstream = newUpstreamMetrics(g.reg)
+	g.reg.MustRegister(buildInfo(buildinfo.Read()))
+	g.proxyLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	if g.tracing, err = newTracing(os.Getenv); err != nil {
+		return nil, err
+	}
+	if g.tracing != nil {
+		g.tracer = g.tracing.tracer
+		log.Info("sluice: tracing on: spans go over OTLP as the OTEL_* variables say")
+	}
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
 		return nil, err
@@ -214,6 +232,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Logger = g.log
 	opts.StoreContext = withAlgorithm
 	opts.Overrides = g.overrides
+	opts.Tracer = g.tracer
 	if g.resilient {
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
 			return onErrorContext(withAlgorithm(ctx, p), p)
@@ -229,7 +248,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: upstream: %w", cfg.File, err)
 		}
-		next = g.proxy(u, opts.TrustedProxies, opts.ForwardedFrom)
+		next = g.proxies(u, opts.TrustedProxies, opts.ForwardedFrom, opts.Policies)
 	}
 	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next), trusted: opts.TrustedProxies, forwardedFrom: opts.ForwardedFrom}, nil
 }
@@ -264,28 +283,14 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// proxy forwards to u the request in the normal form the limiter matched
-// (pr.In, which the limiter passed on; SetURL keeps its escaped path). The
-// forwarding headers pass on only in the header the configuration names,
-// and only from a trusted peer (see forward).
-func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix, from httplimit.ForwardedFrom) http.Handler {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			forward(pr, trusted, from)
-		},
-		Transport:  upstreamTransport,
-		BufferPool: copyBuffers,
-		ErrorLog:   slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) {
-				w.WriteHeader(499) // the client went away; nobody reads this
-				return
-			}
-			g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusBadGateway, "bad_gateway", "the upstream did not answer")
-		},
+// upstreamFailed answers a request whose upstream did not.
+func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		w.WriteHeader(499) // the client went away; nobody reads this
+		return
 	}
+	g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "bad_gateway", "the upstream did not answer")
 }
 
 func noUpstream(w http.ResponseWriter, r *http.Request) {
@@ -298,6 +303,14 @@ func noUpstream(w http.ResponseWriter, r *http.Request) {
 // decision_api.on_traffic_listener; otherwise they go to the upstream like
 // any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.tracer != nil {
+		g.serveTraced(w, r, g.serveLoggedOrNot)
+		return
+	}
+	g.serveLoggedOrNot(w, r)
+}
+
+func (g *Gateway) serveLoggedOrNot(w http.ResponseWriter, r *http.Request) {
 	if g.accessLog != nil {
 		g.serveLogged(w, r, g.serveTrafficListener)
 		return
@@ -534,6 +547,9 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	}
 	g.closeAccessLog()
 	_ = g.closeStore()
+	if e := g.tracing.shutdown(sctx); e != nil {
+		g.log.Warn("sluice: spans not exported at shutdown", "err", e)
+	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -543,6 +559,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 // Close releases the store of a gateway that never served.
 func (g *Gateway) Close() error {
 	g.closeAccessLog()
+	_ = g.tracing.shutdown(context.Background())
 	return g.closeStore()
 }
 
