@@ -110,6 +110,9 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		Help: "Configuration reloads by result (ok, invalid).",
 	}, []string{"result"})
 	g.reg.MustRegister(g.reloads)
+	for _, result := range []string{"ok", "invalid"} {
+		g.reloads.WithLabelValues(result) // 0 from the start, so that increase() sees the first
+	}
 	m, err := httplimit.NewMetrics(g.reg)
 	if err != nil {
 		return nil, err
