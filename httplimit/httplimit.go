@@ -759,7 +759,12 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 	if a.ClientIP.IsValid() {
 		s.ip = a.ClientIP.Unmap().WithZone("")
 	}
-	v := l.decide(ctx, p, &s)
+	var v verdict
+	if l.tracer != nil {
+		v = l.decideTraced(ctx, p, &s)
+	} else {
+		v = l.decide(ctx, p, &s)
+	}
 	out := Verdict{Result: v.res}
 	if v.outcome < numOutcomes {
 		out.Outcome = outcomeNames[v.outcome]

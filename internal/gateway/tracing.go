@@ -20,7 +20,7 @@ import (
 )
 
 // Tracing is OpenTelemetry over OTLP, off unless the standard variables
-// turn it on (docs/observability.md lists those sluice reads):
+// turn it on (docs/http.md, "Tracing", lists those sluice reads):
 //
 //	OTEL_SDK_DISABLED=true                      off, whatever else is set
 //	OTEL_TRACES_EXPORTER=none                   off

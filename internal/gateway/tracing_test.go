@@ -328,3 +328,41 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// TestTracingDecisionAPI: a check on the decision listener gives
+// sluice.request under the caller's traceparent, sluice.decision under it
+// and sluice.store under that, and no upstream span.
+func TestTracingDecisionAPI(t *testing.T) {
+	recv := startReceiver(t, "http/protobuf")
+	g, _, _ := newGateway(t, "policies:\n  - {name: login, match: \"POST /login\", anonymous: [{rate: 1/h, burst: 5}]}\n")
+	dec := httptest.NewServer(g.Decision())
+	defer dec.Close()
+	resp, body := post(t, dec.URL+"/v1/check", `{"policy": "login", "key": "`+secretKey+`"}`, "Content-Type", "application/json", "Traceparent", "00-"+clientTraceID+"-"+clientSpanID+"-01")
+	if resp.StatusCode != 200 {
+		t.Fatalf("check: %d %s", resp.StatusCode, body)
+	}
+	var spans map[string]*tracepb.Span
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if spans = recv.named(); len(spans) >= 3 {
+			break
+		}
+	}
+	request, decision, store := spans["sluice.request"], spans["sluice.decision"], spans["sluice.store"]
+	if request == nil || decision == nil || store == nil || len(spans) != 3 {
+		t.Fatalf("spans received: %v, want sluice.request, .decision and .store", keys(spans))
+	}
+	if hex.EncodeToString(request.ParentSpanId) != clientSpanID || hex.EncodeToString(request.TraceId) != clientTraceID ||
+		string(decision.ParentSpanId) != string(request.SpanId) || string(store.ParentSpanId) != string(decision.SpanId) {
+		t.Errorf("links: request %x under %x, decision under %x, store under %x", request.SpanId, request.ParentSpanId, decision.ParentSpanId, store.ParentSpanId)
+	}
+	if got := attrs(decision.Attributes); got["sluice.policy"] != "login" || got["sluice.outcome"] != "allowed" {
+		t.Errorf("decision attributes %v", got)
+	}
+	for _, s := range spans {
+		for k, v := range attrs(s.Attributes) {
+			if strings.Contains(v, secretKey) {
+				t.Errorf("%s: attribute %s carries the key", s.Name, k)
+			}
+		}
+	}
+}
