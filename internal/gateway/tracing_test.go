@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // otlpReceiver is an in-process OTLP trace receiver: the collector's gRPC
@@ -365,4 +367,51 @@ func TestTracingDecisionAPI(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTracingRedisStore: with a real Redis the store span says the store
+// decided; once Redis is killed, the decision and store spans say the
+// local bucket decided (on_error: local), so a trace shows an outage.
+func TestTracingRedisStore(t *testing.T) {
+	recv := startReceiver(t, "grpc")
+	srv := redistest.Start(t)
+	_, gw, _ := newGateway(t, fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 200ms}\n  on_error: local\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 100}]}\n", srv.URL()))
+	decidedBy := func(want int) []string {
+		var got []string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			got = got[:0]
+			recv.mu.Lock()
+			for _, s := range recv.spans {
+				if s.Name == "sluice.store" {
+					got = append(got, attrs(s.Attributes)["sluice.decided_by"])
+				}
+			}
+			recv.mu.Unlock()
+			if len(got) >= want {
+				break
+			}
+		}
+		return got
+	}
+	if code, _ := status(t, gw.URL+"/a"); code != 404 {
+		t.Fatalf("status %d, want 404 (no upstream) for an allowed request", code)
+	}
+	if got := decidedBy(1); fmt.Sprint(got) != "[store]" {
+		t.Fatalf("store spans decided by %v, want [store]", got)
+	}
+	srv.Kill()
+	if code, _ := status(t, gw.URL+"/a"); code != 404 {
+		t.Fatalf("Redis down: status %d, want 404 (allowed by the local bucket)", code)
+	}
+	if got := decidedBy(2); fmt.Sprint(got) != "[store local]" {
+		t.Fatalf("store spans decided by %v, want [store local]", got)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	for _, s := range recv.spans {
+		if s.Name == "sluice.decision" && attrs(s.Attributes)["sluice.outcome"] == "local_allowed" {
+			return
+		}
+	}
+	t.Error("no sluice.decision span with sluice.outcome=local_allowed")
 }
