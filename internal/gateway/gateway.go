@@ -121,7 +121,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	g.upstream = newUpstreamMetrics(g.reg)
 	g.reg.MustRegister(buildInfo(buildinfo.Read()))
 	g.proxyLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	if g.tracing, err = newTracing(os.Getenv); err != nil {
+	if g.tracing, err = newTracing(os.Getenv, log); err != nil {
 		return nil, err
 	}
 	if g.tracing != nil {

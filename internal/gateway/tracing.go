@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -44,7 +48,7 @@ type tracing struct {
 
 // newTracing returns the tracing the environment asks for, or nil when it
 // asks for none. getenv is os.Getenv outside tests.
-func newTracing(getenv func(string) string) (*tracing, error) {
+func newTracing(getenv func(string) string, log *slog.Logger) (*tracing, error) {
 	if v := strings.TrimSpace(getenv("OTEL_SDK_DISABLED")); strings.EqualFold(v, "true") {
 		return nil, nil
 	}
@@ -97,8 +101,25 @@ func newTracing(getenv func(string) string) (*tracing, error) {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	otel.SetErrorHandler(exportErrors(log))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return &tracing{tracer: tp.Tracer("github.com/sluicehq/sluice"), provider: tp}, nil
+}
+
+// exportErrors logs what the exporter could not send (a collector that is
+// down), at most one line a minute with the number of errors since the last.
+func exportErrors(log *slog.Logger) otel.ErrorHandler {
+	var next atomic.Int64
+	var count atomic.Int64
+	return otel.ErrorHandlerFunc(func(err error) {
+		n := count.Add(1)
+		now := time.Now().UnixNano()
+		if at := next.Load(); now < at || !next.CompareAndSwap(at, now+int64(time.Minute)) {
+			return
+		}
+		count.Add(-n)
+		log.Warn("sluice: tracing: spans not exported", "err", err, "errors", n)
+	})
 }
 
 // checkEndpoint says what is wrong with an OTLP endpoint, without

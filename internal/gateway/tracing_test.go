@@ -76,7 +76,7 @@ func (o *otlpReceiver) named() map[string]*tracepb.Span {
 
 // startReceiver starts a receiver for protocol (grpc or http/protobuf) on
 // loopback and points the OTEL_* variables at it.
-func startReceiver(t *testing.T, protocol string) *otlpReceiver {
+func startReceiver(t testing.TB, protocol string) *otlpReceiver {
 	o := &otlpReceiver{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -414,4 +414,65 @@ func TestTracingRedisStore(t *testing.T) {
 		}
 	}
 	t.Error("no sluice.decision span with sluice.outcome=local_allowed")
+}
+
+// TestTracingCollectorDown: a collector that does not answer costs the
+// requests nothing; the gateway says so in its log, in one line, not one
+// per failed export.
+func TestTracingCollectorDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+dead)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200") // ms
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	cfg, err := config.Parse("test.yaml", t.TempDir(), []byte("policies:\n  - {name: api, match: /, anonymous: [{rate: 100/s, burst: 100}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	g, err := New(cfg, "", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	gw := httptest.NewServer(g)
+	defer gw.Close()
+	for range 3 {
+		for i := range 5 {
+			if code, _ := status(t, gw.URL+"/a"); code != 404 {
+				t.Fatalf("request %d: %d, want 404 (no upstream)", i, code)
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // let an export fail between the bursts
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !strings.Contains(logs.String(), "spans not exported"); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(logs.String(), "spans not exported"); n != 1 {
+		t.Errorf("%d log lines about failed exports, want 1:\n%s", n, logs.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
