@@ -436,7 +436,7 @@ func TestTracingCollectorDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncBuffer
 	g, err := New(cfg, "", slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -458,21 +458,4 @@ func TestTracingCollectorDown(t *testing.T) {
 	if n := strings.Count(logs.String(), "spans not exported"); n != 1 {
 		t.Errorf("%d log lines about failed exports, want 1:\n%s", n, logs.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
