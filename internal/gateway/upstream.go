@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -96,13 +94,17 @@ func (u *upstreamProxies) ForPolicy(name string) http.Handler {
 
 var _ httplimit.PolicyHandlers = (*upstreamProxies)(nil)
 
-// proxies builds the reverse proxy to target for each of policies.
+// proxies builds the reverse proxy to target for each of policies that
+// HTTP requests can match.
 func (g *Gateway) proxies(target *url.URL, trusted []netip.Prefix, from httplimit.ForwardedFrom, policies []httplimit.Policy) *upstreamProxies {
 	u := &upstreamProxies{
 		none:     g.proxy(target, trusted, from, g.upstream.forPolicy("")),
 		byPolicy: make(map[string]http.Handler, len(policies)),
 	}
 	for i := range policies {
+		if policies[i].Pattern == "" {
+			continue // reached by name only (envoy_rls, the decision API): never proxied
+		}
 		name := policies[i].Name
 		u.byPolicy[name] = g.proxy(target, trusted, from, g.upstream.forPolicy(name))
 	}
@@ -133,7 +135,9 @@ func (t *countingTransport) count(req *http.Request, resp *http.Response, err er
 	switch {
 	case err == nil:
 		class = statusClass(resp.StatusCode)
-	case errors.Is(err, context.Canceled) && req.Context().Err() != nil:
+	case req.Context().Err() != nil:
+		// The client left (or the server is shutting down): the transport
+		// reports it in more than one way, none of them the upstream's fault.
 		class = classCancelled
 	}
 	t.series.requests[class].Inc()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUpstreamMetrics: every proxied request is counted under the policy
@@ -84,5 +86,48 @@ func TestUpstreamErrorCounted(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s\n%s", want, grepLines(m, "sluice_upstream_requests_total"))
 		}
+	}
+}
+
+// TestUpstreamClientGone: a client that hangs up while the upstream works
+// is counted as cancelled, not as an upstream error, so that clients cannot
+// fire the upstream-errors alert by walking away.
+func TestUpstreamClientGone(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	_, gw, admin := newGateway(t, "upstream: "+up.URL+"\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", gw.URL+"/slow", nil)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the request finished although its client went away")
+	}
+	want := `sluice_upstream_requests_total{code_class="cancelled",policy="api"} 1`
+	var m string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m = scrape(t, admin.URL); strings.Contains(m, want) {
+			break
+		}
+	}
+	if !strings.Contains(m, want) || !strings.Contains(m, `sluice_upstream_requests_total{code_class="error",policy="api"} 0`) {
+		t.Errorf("want one cancelled and no error:\n%s", grepLines(m, "sluice_upstream_requests_total"))
 	}
 }
