@@ -130,21 +130,24 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	}
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
+		_ = g.tracing.shutdown(context.Background())
+		return nil, err
+	}
+	fail := func(err error) (*Gateway, error) {
+		_ = g.closeStore()
+		_ = g.tracing.shutdown(context.Background())
 		return nil, err
 	}
 	if err := g.openOverrides(cfg); err != nil {
-		_ = g.closeStore()
-		return nil, err
+		return fail(err)
 	}
 	st, err := g.compile(cfg)
 	if err != nil {
-		_ = g.closeStore()
-		return nil, err
+		return fail(err)
 	}
 	g.state.Store(st)
 	if g.accessLog, err = newAccessLog(&cfg.AccessLog, g.reg, log); err != nil {
-		_ = g.closeStore()
-		return nil, fmt.Errorf("%s: %w", cfg.File, err)
+		return fail(fmt.Errorf("%s: %w", cfg.File, err))
 	}
 	return g, nil
 }
