@@ -71,6 +71,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -239,6 +241,12 @@ type Options struct {
 	// Overrides, when set, are identities' rules that change at runtime;
 	// they win over Policy.Overrides (see overrides.go).
 	Overrides *Overrides
+
+	// Tracer, when set, records a span for each decision of a request
+	// (sluice.decision) and one for each store call under it
+	// (sluice.store); see tracing.go. Nil records nothing and costs
+	// nothing.
+	Tracer trace.Tracer
 }
 
 // ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
@@ -268,6 +276,7 @@ type Limiter struct {
 	timeout   time.Duration
 	storeCtx  func(context.Context, *Policy) context.Context
 	allow     allowlist
+	tracer    trace.Tracer // nil: no spans
 
 	// methods holds the methods that some pattern names (GET implies
 	// HEAD), unless a pattern names none: a request of another method
@@ -321,6 +330,7 @@ func New(opts Options) (*Limiter, error) {
 		timeout:   opts.StoreTimeout,
 		storeCtx:  opts.StoreContext,
 		allow:     compileAllowlist(opts.Allowlist),
+		tracer:    opts.Tracer,
 	}
 	if err := checkForwarded(opts); err != nil {
 		return nil, err
@@ -458,15 +468,29 @@ func (p *policy) rulesFor(c Caller, authenticated bool) *ruleSet {
 // Handler returns next wrapped by the limiter. next receives the request
 // in normal form (see Paths); a request that has none is refused with 400,
 // or 501 for a method spelt in lowercase, and never reaches next.
+//
+// When next is a PolicyHandlers, a request that a policy matched goes to
+// next.ForPolicy(name) instead, so that next can tell requests apart by
+// policy without looking again.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
+	byPolicy, _ := next.(PolicyHandlers)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		nr, err := normalizeRequest(r, l.paths)
 		if err != nil {
 			refuse(w, err)
 			return
 		}
-		l.serve(w, nr, next)
+		l.serve(w, nr, next, byPolicy)
 	})
+}
+
+// PolicyHandlers is a next handler that serves each policy's requests with
+// a handler of its own (the gateway counts proxied requests by policy).
+// ForPolicy is called for every request a policy matched, so it should
+// look up, not build.
+type PolicyHandlers interface {
+	http.Handler
+	ForPolicy(name string) http.Handler
 }
 
 // Middleware is New for routers that take a func(http.Handler) http.Handler.
@@ -494,7 +518,7 @@ func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
 // serve is the HTTP front door (the middleware, the gateway's proxy and
 // its forward auth): it matches r, names its caller, and acts on what the
 // decision core decided.
-func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, byPolicy PolicyHandlers) {
 	p, path := l.match(r)
 	rec := decisionFrom(r.Context())
 	rec.matched(r, p)
@@ -502,9 +526,17 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		next.ServeHTTP(w, r)
 		return
 	}
+	if byPolicy != nil {
+		next = byPolicy.ForPolicy(p.Name)
+	}
 	caller, authenticated := l.identify(r)
 	s := subject{caller: caller, authenticated: authenticated, r: r, path: path, cost: p.Cost, holds: true, rec: rec}
-	v := l.decide(r.Context(), p, &s)
+	var v verdict
+	if l.tracer != nil {
+		v = l.decideTraced(r.Context(), p, &s)
+	} else {
+		v = l.decide(r.Context(), p, &s)
+	}
 	switch v.act {
 	case actPass:
 		next.ServeHTTP(w, r)
@@ -727,7 +759,12 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 	if a.ClientIP.IsValid() {
 		s.ip = a.ClientIP.Unmap().WithZone("")
 	}
-	v := l.decide(ctx, p, &s)
+	var v verdict
+	if l.tracer != nil {
+		v = l.decideTraced(ctx, p, &s)
+	} else {
+		v = l.decide(ctx, p, &s)
+	}
 	out := Verdict{Result: v.res}
 	if v.outcome < numOutcomes {
 		out.Outcome = outcomeNames[v.outcome]
@@ -819,6 +856,15 @@ func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (slu
 	if l.storeCtx != nil {
 		ctx = l.storeCtx(ctx, &p.Policy)
 	}
+	if l.tracer != nil {
+		return l.checkTraced(ctx, p, req)
+	}
+	return l.checkStore(ctx, p, req)
+}
+
+// checkStore is check without the span: the store call with its timeout,
+// and the Fallback when it failed.
+func (l *Limiter) checkStore(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
 	start := time.Now()
 	var res sluice.Result
 	var err error

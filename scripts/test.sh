@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/ensure-redis.sh
 ./scripts/ensure-renderers.sh
 ./scripts/ensure-proxies.sh
+./scripts/ensure-promtool.sh
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

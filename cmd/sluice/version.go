@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
-	"strings"
+
+	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
 // stampedVersion and stampedRevision are set by the linker in release
@@ -13,8 +14,11 @@ import (
 //
 //	go build -ldflags "-X main.stampedVersion=v1.2.3 -X main.stampedRevision=3d44cd0…" ./cmd/sluice
 //
-// When set they win over what the build information says.
+// When set they win over what the build information says, here and in
+// sluice_build_info.
 var stampedVersion, stampedRevision string
+
+func init() { buildinfo.SetStamps(stampedVersion, stampedRevision) }
 
 // versionLine says which sluice this is: the module version (a tag for
 // `go install …@vX.Y.Z`, "(devel)" for a build from a checkout) and the
@@ -25,63 +29,18 @@ func versionLine(info *debug.BuildInfo, ok bool) string {
 
 // stampedLine is versionLine with the linker's stamps as arguments.
 func stampedLine(info *debug.BuildInfo, ok bool, stampVersion, stampRevision string) string {
-	if !ok || info == nil {
-		if stampVersion == "" {
-			return "sluice (unknown version: built without module information)"
-		}
-		info = &debug.BuildInfo{}
+	if (!ok || info == nil) && stampVersion == "" {
+		return "sluice (unknown version: built without module information)"
 	}
-	version := info.Main.Version
-	if stampVersion != "" {
-		version = stampVersion
+	b := buildinfo.WithStamps(buildinfo.Parse(info, ok), stampVersion, stampRevision)
+	line := fmt.Sprintf("sluice %s revision %s", b.Version, b.Revision)
+	if b.Time != "" {
+		line += " (" + b.Time + ")"
 	}
-	if version == "" {
-		version = "(devel)"
-	}
-	var rev, at, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+dirty"
-			}
-		}
-	}
-	if stampRevision != "" {
-		rev = stampRevision
-	}
-	if rev == "" {
-		rev = pseudoRevision(version) // go install …@latest records no vcs.* settings
-	}
-	line := fmt.Sprintf("sluice %s revision %s%s", version, rev, modified)
-	if at != "" {
-		line += " (" + at + ")"
-	}
-	if info.GoVersion == "" {
+	if !ok || info == nil || b.GoVersion == "" {
 		return line
 	}
-	return line + " " + info.GoVersion
-}
-
-// pseudoRevision is the commit prefix a pseudo-version such as
-// v0.0.0-20261203153631-3d44cd015ef7 ends with, or "unknown".
-func pseudoRevision(version string) string {
-	version, _, _ = strings.Cut(version, "+")
-	i := strings.LastIndexByte(version, '-')
-	if i < 0 || len(version)-i-1 != 12 || strings.Count(version, "-") < 2 {
-		return "unknown"
-	}
-	rev := version[i+1:]
-	for _, c := range rev {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return "unknown"
-		}
-	}
-	return rev
+	return line + " " + b.GoVersion
 }
 
 const versionDoc = `Usage: sluice version

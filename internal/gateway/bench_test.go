@@ -61,6 +61,18 @@ func BenchmarkGateway(b *testing.B) {
 	benchProxy(b, gw.Config.Handler)
 }
 
+// BenchmarkGatewayTracing is BenchmarkGateway with tracing on, every
+// request sampled and its four spans exported over OTLP/HTTP to a receiver
+// in the same process: the cost of tracing when it is on (off, the
+// gateway's tracer is nil and BenchmarkGateway is the figure).
+func BenchmarkGatewayTracing(b *testing.B) {
+	startReceiver(b, "http/protobuf")
+	up := benchUpstream()
+	defer up.Close()
+	_, gw, _ := newGatewayB(b, "upstream: "+up.URL+"\npolicies:\n  - {name: products, match: \"GET /products/\", anonymous: [{rate: 1000000000/s, burst: 1000000000}]}\n")
+	benchProxy(b, gw.Config.Handler)
+}
+
 // BenchmarkGatewayVsBare interleaves requests to the gateway and to a bare
 // ReverseProxy in front of the same upstream, so that both see the same
 // machine load, and reports the gateway's throughput as a share of the bare

@@ -43,13 +43,19 @@ func (g *Gateway) Decision() http.Handler {
 	})
 	// /v1/authz/PATH carries the original path as the client sent it,
 	// which the ServeMux would clean and redirect: it is routed first.
-	return g.decisionFlight.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serve := func(w http.ResponseWriter, r *http.Request) {
 		if isAuthz(r.URL.Path) {
 			g.serveAuthz(w, r, g.state.Load(), false)
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	}
+	if g.tracer != nil {
+		return g.decisionFlight.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.serveTraced(w, r, serve)
+		}))
+	}
+	return g.decisionFlight.guard(http.HandlerFunc(serve))
 }
 
 type checkRequest struct {

@@ -21,12 +21,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -39,10 +40,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/resilient"
@@ -50,11 +53,16 @@ import (
 
 // Gateway is one running `sluice serve`.
 type Gateway struct {
-	path    string
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *httplimit.Metrics
-	reloads *prometheus.CounterVec
+	path     string
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	metrics  *httplimit.Metrics
+	reloads  *prometheus.CounterVec
+	upstream *upstreamMetrics
+	proxyLog *log.Logger // the reverse proxy's own errors
+
+	tracing *tracing     // nil: off (tracing.go)
+	tracer  trace.Tracer // tracing's, or nil
 
 	store      sluice.Store // what the policies check
 	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
@@ -109,28 +117,44 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		Help: "Configuration reloads by result (ok, invalid, refused).",
 	}, []string{"result"})
 	g.reg.MustRegister(g.reloads)
+	for _, result := range []string{"ok", "invalid"} {
+		g.reloads.WithLabelValues(result) // 0 from the start, so that increase() sees the first
+	}
 	m, err := httplimit.NewMetrics(g.reg)
 	if err != nil {
 		return nil, err
 	}
 	g.metrics = m
+	g.upstream = newUpstreamMetrics(g.reg)
+	g.reg.MustRegister(buildInfo(buildinfo.Read()))
+	g.proxyLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	if g.tracing, err = newTracing(os.Getenv, log); err != nil {
+		return nil, err
+	}
+	if g.tracing != nil {
+		g.tracer = g.tracing.tracer
+		log.Info("sluice: tracing on: spans go over OTLP as the OTEL_* variables say")
+	}
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
+		_ = g.tracing.shutdown(context.Background())
+		return nil, err
+	}
+	fail := func(err error) (*Gateway, error) {
+		_ = g.closeStore()
+		_ = g.tracing.shutdown(context.Background())
 		return nil, err
 	}
 	if err := g.openOverrides(cfg); err != nil {
-		_ = g.closeStore()
-		return nil, err
+		return fail(err)
 	}
 	st, err := g.compile(cfg)
 	if err != nil {
-		_ = g.closeStore()
-		return nil, err
+		return fail(err)
 	}
 	g.state.Store(st)
 	if g.accessLog, err = newAccessLog(&cfg.AccessLog, g.reg, log); err != nil {
-		_ = g.closeStore()
-		return nil, fmt.Errorf("%s: %w", cfg.File, err)
+		return fail(fmt.Errorf("%s: %w", cfg.File, err))
 	}
 	return g, nil
 }
@@ -221,6 +245,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Logger = g.log
 	opts.StoreContext = withAlgorithm
 	opts.Overrides = g.overrides
+	opts.Tracer = g.tracer
 	if g.resilient {
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
 			return onErrorContext(withAlgorithm(ctx, p), p)
@@ -236,7 +261,7 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: upstream: %w", cfg.File, err)
 		}
-		next = g.proxy(u, opts.TrustedProxies, opts.ForwardedFrom)
+		next = g.proxies(u, opts.TrustedProxies, opts.ForwardedFrom, opts.Policies)
 	}
 	return &state{cfg: cfg, limiter: lim, handler: lim.Handler(next), trusted: opts.TrustedProxies, forwardedFrom: opts.ForwardedFrom}, nil
 }
@@ -271,28 +296,14 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// proxy forwards to u the request in the normal form the limiter matched
-// (pr.In, which the limiter passed on; SetURL keeps its escaped path). The
-// forwarding headers pass on only in the header the configuration names,
-// and only from a trusted peer (see forward).
-func (g *Gateway) proxy(u *url.URL, trusted []netip.Prefix, from httplimit.ForwardedFrom) http.Handler {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			forward(pr, trusted, from)
-		},
-		Transport:  upstreamTransport,
-		BufferPool: copyBuffers,
-		ErrorLog:   slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, context.Canceled) {
-				w.WriteHeader(499) // the client went away; nobody reads this
-				return
-			}
-			g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusBadGateway, "bad_gateway", "the upstream did not answer")
-		},
+// upstreamFailed answers a request whose upstream did not.
+func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) {
+		w.WriteHeader(499) // the client went away; nobody reads this
+		return
 	}
+	g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "bad_gateway", "the upstream did not answer")
 }
 
 func noUpstream(w http.ResponseWriter, r *http.Request) {
@@ -305,6 +316,14 @@ func noUpstream(w http.ResponseWriter, r *http.Request) {
 // decision_api.on_traffic_listener; otherwise they go to the upstream like
 // any other path.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.tracer != nil {
+		g.serveTraced(w, r, g.serveLoggedOrNot)
+		return
+	}
+	g.serveLoggedOrNot(w, r)
+}
+
+func (g *Gateway) serveLoggedOrNot(w http.ResponseWriter, r *http.Request) {
 	if g.accessLog != nil {
 		g.serveLogged(w, r, g.serveTrafficListener)
 		return
@@ -567,6 +586,11 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	serr := g.shutdown(grace)
 	g.closeAccessLog()
 	_ = g.closeStore()
+	tctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if e := g.tracing.shutdown(tctx); e != nil {
+		g.log.Warn("sluice: spans not exported at shutdown", "err", e)
+	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -576,6 +600,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 // Close releases the store of a gateway that never served.
 func (g *Gateway) Close() error {
 	g.closeAccessLog()
+	_ = g.tracing.shutdown(context.Background())
 	return g.closeStore()
 }
 
