@@ -116,13 +116,13 @@ func Memory(name string, opts MemoryOptions) (Store, error) {
 			Shards: opts.Shards, MaxKeys: opts.MaxKeys, SweepInterval: opts.SweepInterval, Now: opts.Now,
 		})}, nil
 	case FixedWindow:
-		return newMemStore(name, opts, decideFixedWindow, adjustFixedWindow), nil
+		return newMemStore(name, opts, decideFixedWindow, adjustFixedWindow, fixedWindowOwing), nil
 	case SlidingLog:
-		return newMemStore(name, opts, decideSlidingLog, adjustSlidingLog), nil
+		return newMemStore(name, opts, decideSlidingLog, adjustSlidingLog, slidingLogOwing), nil
 	case SlidingWindow:
-		return newMemStore(name, opts, decideSlidingWindow, adjustSlidingWindow), nil
+		return newMemStore(name, opts, decideSlidingWindow, adjustSlidingWindow, slidingWindowOwing), nil
 	case LeakyBucket:
-		return newMemStore(name, opts, decideLeakyBucket, adjustLeakyBucket), nil
+		return newMemStore(name, opts, decideLeakyBucket, adjustLeakyBucket, leakyBucketOwing), nil
 	}
 	return nil, unknown(name)
 }
