@@ -178,7 +178,9 @@ func (s *memStore[S]) recall(sh *memShard[S], h uint64, e *memEntry[S], rules []
 	owes := false
 	for i := range n {
 		r := &recs[i]
-		r.v, r.own, r.merged = sh.owed.Recall(owedID(h, idN, i), now)
+		var own int64
+		r.v, own, r.merged = sh.owed.Recall(owedID(h, idN, i), now)
+		r.own = own > now
 		owes = owes || r.own || r.merged > now
 	}
 	if owes {

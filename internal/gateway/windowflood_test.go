@@ -28,35 +28,10 @@ func TestMemoryCapFloodKeepsAWindowClientLimited(t *testing.T) {
 	defer upstream.Close()
 	for _, name := range []string{"fixed_window", "sliding_window", "sliding_log", "leaky_bucket"} {
 		t.Run(name, func(t *testing.T) {
-			_, traffic, _ := newGateway(t, "upstream: "+upstream.URL+`
-store: {type: memory, max_keys: 200}
-trusted_proxies: [127.0.0.1]
-forwarded_header: x-forwarded-for
-policies:
-  - name: api
-    match: "/"
-    algorithm: `+name+`
-    cost: 5
-    anonymous: [{rate: 5/8760h, burst: 5}]
-`)
-			send := func(ip string) *http.Response {
-				req, _ := http.NewRequest("GET", traffic.URL+"/", nil)
-				req.Header.Set("X-Forwarded-For", ip)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Error(err)
-					return &http.Response{}
-				}
-				resp.Body.Close()
-				return resp
-			}
+			url := floodGateway(t, upstream.URL, 200, "algorithm: "+name+"\n    cost: 5\n    anonymous: [{rate: 5/8760h, burst: 5}]")
+			send := func(ip string) *http.Response { return getFrom(t, url, ip) }
 			const client = "203.0.113.7"
-			if r := send(client); r.StatusCode != 200 {
-				t.Fatalf("first request: %d", r.StatusCode)
-			}
-			if r := send(client); r.StatusCode != 429 {
-				t.Fatalf("second request: %d, want 429", r.StatusCode)
-			}
+			spend(t, url, client)
 			// 3,000 addresses, each spending a whole window after the client
 			// did, four at a time: 47 new keys for each shard of 4 keys, so
 			// the client's key is evicted whichever key eviction prefers.

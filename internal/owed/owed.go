@@ -129,30 +129,46 @@ func (o *Table[V]) Remember(id uint64, until, now int64, v V) {
 	m.until = max(m.until, until)
 }
 
-// Recall returns, for the key of id coming back at now, the value of its
-// own cell (ok false when it has none that is still owed) and the until of
-// its group's merged record if that holds it (≤ now when there is none),
+// Recall returns, for the key of id coming back at now, what Peek does,
 // and frees its own cell: the key's state is in the store again.
-func (o *Table[V]) Recall(id uint64, now int64) (v V, ok bool, mergedUntil int64) {
-	mergedUntil = now
+func (o *Table[V]) Recall(id uint64, now int64) (v V, own, mergedUntil int64) {
+	v, own, mergedUntil = o.Peek(id, now)
+	if o.cells != nil {
+		gi := o.group(id)
+		for i := gi * Ways; i < gi*Ways+Ways; i++ {
+			if o.cells[i].id == id {
+				o.cells[i] = cell[V]{}
+			}
+		}
+	}
+	return v, own, mergedUntil
+}
+
+// Peek returns, for the key of id at now, the value and the until of its
+// own cell (until ≤ now when it has none that is still owed) and the until
+// of its group's merged record if that holds it (≤ now when there is
+// none).
+func (o *Table[V]) Peek(id uint64, now int64) (v V, own, mergedUntil int64) {
+	own, mergedUntil = now, now
 	if o.cells == nil {
-		return v, false, now
+		return v, now, now
 	}
 	gi := o.group(id)
-	g := o.cells[gi*Ways : gi*Ways+Ways]
-	for i := range g {
-		if c := &g[i]; c.id == id {
-			if c.until > now {
-				v, ok = c.v, true
-			}
-			*c = cell[V]{}
-			break
+	for _, c := range o.cells[gi*Ways : gi*Ways+Ways] {
+		if c.id == id && c.until > now {
+			v, own = c.v, c.until
 		}
 	}
 	if m := &o.merged[gi]; m.until > now && m.holds(id) {
 		mergedUntil = m.until
 	}
-	return v, ok, mergedUntil
+	return v, own, mergedUntil
+}
+
+// MergedHolds reports whether the merged record of id's group holds id,
+// whether or not its time has passed.
+func (o *Table[V]) MergedHolds(id uint64) bool {
+	return o.cells != nil && o.merged[o.group(id)].holds(id)
 }
 
 // Live returns the number of cells that still owe something at now.
