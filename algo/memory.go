@@ -27,8 +27,9 @@ type (
 // first when MaxKeys is reached; idle state gives the same answers as none,
 // so dropping it changes nothing. At MaxKeys with no idle key, the key
 // idle soonest of a small random sample is evicted, and what it still owed
-// goes into its shard's remembrance (package owed, fixed at New): a key
-// that comes back starts from that, never fresher than it left (see owing).
+// goes into its shard's remembrance (package owed, of a size fixed by the
+// cap, made at the shard's first such eviction): a key that comes back
+// starts from that, never fresher than it left (see owing).
 type memStore[S any] struct {
 	name      string
 	shards    []memShard[S]
@@ -76,9 +77,6 @@ func newMemStore[S any](name string, opts MemoryOptions, decide decideFunc[S], a
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]*memEntry[S])
-		if s.shardCap > 0 {
-			s.shards[i].owed = owed.New[owedState](s.shardCap)
-		}
 	}
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -154,6 +152,9 @@ func (s *memStore[S]) entry(key string, rules []sluice.Rule, now int64) (*memSha
 // shard's remembrance: one record a rule (a key for the sliding log) that
 // owes anything, each until the entry is idle. sh.mu is held.
 func (s *memStore[S]) remember(sh *memShard[S], h uint64, e *memEntry[S], now int64) {
+	if sh.owed.Cells() == 0 { // made at the shard's first eviction of a key that owes
+		sh.owed = owed.New[owedState](s.shardCap)
+	}
 	var buf [sluice.MaxRules]owedState
 	n := s.owing.save(&e.state, now, buf[:])
 	idN := n

@@ -11,14 +11,7 @@ const owedWaysInTest = owed.Ways
 
 // checkAt is s.Check at now without validation, for floods of millions.
 func checkAt(s Store, req sluice.Request, now int64) {
-	switch m := s.(type) {
-	case *memStore[[]fixedWindow]:
-		m.checkAt(req, now)
-	case *memStore[slidingLog]:
-		m.checkAt(req, now)
-	default:
-		panic("checkAt: not a window store")
-	}
+	s.(*memStore[[]fixedWindow]).checkAt(req, now)
 }
 
 // owedSize returns the cells and merged records of s's remembrance.
@@ -34,15 +27,9 @@ func owedLive(s Store, now int64) (n int) {
 }
 
 func each(s Store, f func(*owed.Table[owedState])) {
-	switch m := s.(type) {
-	case *memStore[[]fixedWindow]:
-		for i := range m.shards {
-			f(&m.shards[i].owed)
-		}
-	case *memStore[slidingLog]:
-		for i := range m.shards {
-			f(&m.shards[i].owed)
-		}
+	m := s.(*memStore[[]fixedWindow])
+	for i := range m.shards {
+		f(&m.shards[i].owed)
 	}
 }
 
