@@ -49,7 +49,11 @@ type memShard[S any] struct {
 	mu   sync.Mutex
 	m    map[uint64]*memEntry[S]
 	owed owed.Table[owedState] // what keys evicted at the cap still owe; empty without a cap
-	_    [56]byte              // keeps neighbouring shards' locks off one cache line
+	// Scratch space of remember and recall, here so that it is not
+	// allocated for each new key.
+	saved    [sluice.MaxRules]owedState
+	recalled [sluice.MaxRules]recalled
+	_        [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 type memEntry[S any] struct {
@@ -155,8 +159,8 @@ func (s *memStore[S]) remember(sh *memShard[S], h uint64, e *memEntry[S], now in
 	if sh.owed.Cells() == 0 { // made at the shard's first eviction of a key that owes
 		sh.owed = owed.New[owedState](s.shardCap)
 	}
-	var buf [sluice.MaxRules]owedState
-	n := s.owing.save(&e.state, now, buf[:])
+	buf := sh.saved[:]
+	n := s.owing.save(&e.state, now, buf)
 	idN := n
 	if s.owing.perKey {
 		idN = 0
@@ -171,11 +175,14 @@ func (s *memStore[S]) remember(sh *memShard[S], h uint64, e *memEntry[S], now in
 // recall fills the new entry e of hash h, checked with rules at now, from
 // what the remembrance holds of it, if anything. sh.mu is held.
 func (s *memStore[S]) recall(sh *memShard[S], h uint64, e *memEntry[S], rules []sluice.Rule, now int64) {
+	if sh.owed.Cells() == 0 {
+		return
+	}
 	n, idN := len(rules), len(rules)
 	if s.owing.perKey {
 		n, idN = 1, 0
 	}
-	var recs [sluice.MaxRules]recalled
+	recs := sh.recalled[:n]
 	owes := false
 	for i := range n {
 		r := &recs[i]
@@ -185,7 +192,7 @@ func (s *memStore[S]) recall(sh *memShard[S], h uint64, e *memEntry[S], rules []
 		owes = owes || r.own || r.merged > now
 	}
 	if owes {
-		s.owing.load(&e.state, rules, now, recs[:n])
+		s.owing.load(&e.state, rules, now, recs)
 	}
 }
 
