@@ -71,7 +71,10 @@ type MemoryOptions struct {
 	Shards int
 
 	// MaxKeys caps the number of keys held; zero means no cap (expired
-	// state is still dropped, which bounds memory to the active keys).
+	// state is still dropped, which bounds memory to the active keys). A
+	// key evicted at the cap leaves what it owed in a remembrance of a
+	// size fixed by the cap, and comes back never fresher than it left
+	// (docs/algorithms.md, "In memory at the cap").
 	MaxKeys int
 
 	// SweepInterval is how often expired state is dropped. Zero means one
