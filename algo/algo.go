@@ -71,7 +71,10 @@ type MemoryOptions struct {
 	Shards int
 
 	// MaxKeys caps the number of keys held; zero means no cap (expired
-	// state is still dropped, which bounds memory to the active keys).
+	// state is still dropped, which bounds memory to the active keys). A
+	// key evicted at the cap leaves what it owed in a remembrance of a
+	// size fixed by the cap, and comes back never fresher than it left
+	// (docs/algorithms.md, "In memory at the cap").
 	MaxKeys int
 
 	// SweepInterval is how often expired state is dropped. Zero means one
@@ -116,13 +119,13 @@ func Memory(name string, opts MemoryOptions) (Store, error) {
 			Shards: opts.Shards, MaxKeys: opts.MaxKeys, SweepInterval: opts.SweepInterval, Now: opts.Now,
 		})}, nil
 	case FixedWindow:
-		return newMemStore(name, opts, decideFixedWindow, adjustFixedWindow), nil
+		return newMemStore(name, opts, decideFixedWindow, adjustFixedWindow, fixedWindowOwing), nil
 	case SlidingLog:
-		return newMemStore(name, opts, decideSlidingLog, adjustSlidingLog), nil
+		return newMemStore(name, opts, decideSlidingLog, adjustSlidingLog, slidingLogOwing), nil
 	case SlidingWindow:
-		return newMemStore(name, opts, decideSlidingWindow, adjustSlidingWindow), nil
+		return newMemStore(name, opts, decideSlidingWindow, adjustSlidingWindow, slidingWindowOwing), nil
 	case LeakyBucket:
-		return newMemStore(name, opts, decideLeakyBucket, adjustLeakyBucket), nil
+		return newMemStore(name, opts, decideLeakyBucket, adjustLeakyBucket, leakyBucketOwing), nil
 	}
 	return nil, unknown(name)
 }

@@ -31,3 +31,24 @@ func BenchmarkMemoryCheck(b *testing.B) {
 		})
 	}
 }
+
+// A flood of new keys at the cap: every check evicts a key, remembers what
+// it owed and looks up the new key's records (run with -benchmem).
+func BenchmarkMemoryFloodAtCap(b *testing.B) {
+	rules := []sluice.Rule{{Rate: 5.0 / 60, Burst: 5}}
+	for _, name := range Names()[1:] {
+		b.Run(name, func(b *testing.B) {
+			c := newClock(edge)
+			s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1, MaxKeys: 10_000})
+			defer s.Close()
+			key := make([]byte, 0, 24)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				c.us.Add(1)
+				key = strconv.AppendInt(append(key[:0], "flood-"...), int64(i), 10)
+				s.Check(ctx, sluice.Request{Key: string(key), Cost: 1, Rules: rules})
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/monotonic"
+	"github.com/sluicehq/sluice/internal/owed"
 
 	"github.com/sluicehq/sluice"
 )
@@ -25,7 +26,10 @@ type (
 // on access (it is replaced by a fresh one), by the background sweep, and
 // first when MaxKeys is reached; idle state gives the same answers as none,
 // so dropping it changes nothing. At MaxKeys with no idle key, the key
-// idle soonest of a small random sample is evicted: it starts again fresh.
+// idle soonest of a small random sample is evicted, and what it still owed
+// goes into its shard's remembrance (package owed, of a size fixed by the
+// cap, made at the shard's first such eviction): a key that comes back
+// starts from that, never fresher than it left (see owing).
 type memStore[S any] struct {
 	name      string
 	shards    []memShard[S]
@@ -35,15 +39,21 @@ type memStore[S any] struct {
 	now       func() int64
 	decide    decideFunc[S]
 	adjust    adjustFunc[S]
+	owing     owing[S]
 	stop      chan struct{}
 	done      sync.WaitGroup
 	closeOnce sync.Once
 }
 
 type memShard[S any] struct {
-	mu sync.Mutex
-	m  map[uint64]*memEntry[S]
-	_  [48]byte // keeps neighbouring shards' locks off one cache line
+	mu   sync.Mutex
+	m    map[uint64]*memEntry[S]
+	owed owed.Table[owedState] // what keys evicted at the cap still owe; empty without a cap
+	// Scratch space of remember and recall, here so that it is not
+	// allocated for each new key.
+	saved    [sluice.MaxRules]owedState
+	recalled [sluice.MaxRules]recalled
+	_        [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 type memEntry[S any] struct {
@@ -51,7 +61,7 @@ type memEntry[S any] struct {
 	idle  int64 // Unix µs from which state is as good as none
 }
 
-func newMemStore[S any](name string, opts MemoryOptions, decide decideFunc[S], adjust adjustFunc[S]) *memStore[S] {
+func newMemStore[S any](name string, opts MemoryOptions, decide decideFunc[S], adjust adjustFunc[S], ow owing[S]) *memStore[S] {
 	n := 64
 	if opts.Shards > 0 {
 		n = 1
@@ -61,7 +71,7 @@ func newMemStore[S any](name string, opts MemoryOptions, decide decideFunc[S], a
 	}
 	s := &memStore[S]{
 		name: name, shards: make([]memShard[S], n), mask: uint64(n - 1), seed: maphash.MakeSeed(),
-		now: monotonic.Micros(), decide: decide, adjust: adjust, stop: make(chan struct{}),
+		now: monotonic.Micros(), decide: decide, adjust: adjust, owing: ow, stop: make(chan struct{}),
 	}
 	if opts.Now != nil {
 		s.now = func() int64 { return opts.Now().UnixMicro() }
@@ -94,7 +104,7 @@ func (s *memStore[S]) Check(_ context.Context, req sluice.Request) (sluice.Resul
 }
 
 func (s *memStore[S]) checkAt(req sluice.Request, now int64) sluice.Result {
-	sh, e := s.entry(req.Key, now)
+	sh, e := s.entry(req.Key, req.Rules, now)
 	res, idle := s.decide(&e.state, req.Rules, now, req.Cost, req.MaxDelay.Microseconds(), req.CountDenied)
 	e.idle = idle
 	sh.mu.Unlock()
@@ -110,25 +120,30 @@ func (s *memStore[S]) Adjust(_ context.Context, key string, delta int64, rules [
 		return sluice.Result{}, err
 	}
 	now := s.now()
-	sh, e := s.entry(key, now)
+	sh, e := s.entry(key, rules, now)
 	res, idle := s.adjust(&e.state, rules, now, delta)
 	e.idle = idle
 	sh.mu.Unlock()
 	return res, nil
 }
 
-// entry returns key's entry, fresh when it was missing or idle, with its
-// shard locked.
-func (s *memStore[S]) entry(key string, now int64) (*memShard[S], *memEntry[S]) {
+// entry returns key's entry, fresh when it was idle, as the remembrance
+// says when it was missing, with its shard locked.
+func (s *memStore[S]) entry(key string, rules []sluice.Rule, now int64) (*memShard[S], *memEntry[S]) {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	e, ok := sh.m[h]
 	if !ok {
-		if s.shardCap > 0 && len(sh.m) >= s.shardCap {
-			sh.evict(now)
-		}
 		e = &memEntry[S]{}
+		if s.shardCap > 0 {
+			if len(sh.m) >= s.shardCap {
+				if victim, v := sh.evict(now); v != nil && v.idle > now {
+					s.remember(sh, victim, v, now)
+				}
+			}
+			s.recall(sh, h, e, rules, now)
+		}
 		sh.m[h] = e
 	} else if e.idle <= now {
 		var fresh S
@@ -137,18 +152,64 @@ func (s *memStore[S]) entry(key string, now int64) (*memShard[S], *memEntry[S]) 
 	return sh, e
 }
 
+// remember puts what the evicted entry e of hash h owes at now into its
+// shard's remembrance: one record a rule (a key for the sliding log) that
+// owes anything, each until the entry is idle. sh.mu is held.
+func (s *memStore[S]) remember(sh *memShard[S], h uint64, e *memEntry[S], now int64) {
+	if sh.owed.Cells() == 0 { // made at the shard's first eviction of a key that owes
+		sh.owed = owed.New[owedState](s.shardCap)
+	}
+	buf := sh.saved[:]
+	n := s.owing.save(&e.state, now, buf)
+	idN := n
+	if s.owing.perKey {
+		idN = 0
+	}
+	for i, v := range buf[:n] {
+		if v != (owedState{}) {
+			sh.owed.Remember(owedID(h, idN, i), e.idle, now, v)
+		}
+	}
+}
+
+// recall fills the new entry e of hash h, checked with rules at now, from
+// what the remembrance holds of it, if anything. sh.mu is held.
+func (s *memStore[S]) recall(sh *memShard[S], h uint64, e *memEntry[S], rules []sluice.Rule, now int64) {
+	if sh.owed.Cells() == 0 {
+		return
+	}
+	n, idN := len(rules), len(rules)
+	if s.owing.perKey {
+		n, idN = 1, 0
+	}
+	recs := sh.recalled[:n]
+	owes := false
+	for i := range n {
+		r := &recs[i]
+		var own int64
+		r.v, own, r.merged = sh.owed.Recall(owedID(h, idN, i), now)
+		r.own = own > now
+		owes = owes || r.own || r.merged > now
+	}
+	if owes {
+		s.owing.load(&e.state, rules, now, recs)
+	}
+}
+
 // evictSample is how many keys evict looks at when no key is idle.
 const evictSample = 8
 
-// evict drops one key of a full shard: an idle one if the sample holds
-// one, else the sampled key idle soonest. Map iteration starts at a random
-// place, so the sample is random. sh.mu is held.
-func (sh *memShard[S]) evict(now int64) {
+// evict drops one key of a full shard and returns its hash and entry: an
+// idle one if the sample holds one, else the sampled key idle soonest. Map
+// iteration starts at a random place, so the sample is random. sh.mu is
+// held.
+func (sh *memShard[S]) evict(now int64) (uint64, *memEntry[S]) {
 	var victim uint64
+	var ve *memEntry[S]
 	soonest, seen := int64(1<<63-1), 0
 	for h, e := range sh.m {
 		if e.idle < soonest {
-			victim, soonest = h, e.idle
+			victim, ve, soonest = h, e, e.idle
 		}
 		if seen++; seen == evictSample || soonest <= now {
 			break
@@ -157,6 +218,7 @@ func (sh *memShard[S]) evict(now int64) {
 	if seen > 0 {
 		delete(sh.m, victim)
 	}
+	return victim, ve
 }
 
 // Len returns the number of keys held.

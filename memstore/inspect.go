@@ -35,10 +35,7 @@ func (s *Store) InspectAt(key string, rules []sluice.Rule, now int64) []sluice.R
 		copy(b, sh.t.buckets(sl))
 		sl.unlock()
 	} else {
-		own, merged := now, now
-		if sh.owed.cells != nil {
-			own, merged = sh.owed.peek(id, now)
-		}
+		own, merged := sh.owed.peek(id, now)
 		for i, r := range rules {
 			b[i] = sluice.FullBucket(r, now)
 			if own > now || merged > now {
@@ -53,15 +50,6 @@ func (s *Store) InspectAt(key string, rules []sluice.Rule, now int64) []sluice.R
 // peek is recall without freeing the key's cell: what a key of id coming
 // back at now would start from.
 func (o *owed) peek(id uint64, now int64) (own, merged int64) {
-	own, merged = now, now
-	gi := o.group(id)
-	for _, c := range o.cells[gi*owedWays : gi*owedWays+owedWays] {
-		if c.id == id && c.fullAt > now {
-			own = c.fullAt
-		}
-	}
-	if m := &o.merged[gi]; m.fullAt > now && m.holds(id) {
-		merged = m.fullAt
-	}
+	_, own, merged = o.t.Peek(id, now)
 	return own, merged
 }

@@ -264,10 +264,7 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 			sh.owed.remember(victim, fullAt, now)
 		}
 	}
-	own, merged := now, now
-	if sh.owed.cells != nil {
-		own, merged = sh.owed.recall(id, now)
-	}
+	own, merged := sh.owed.recall(id, now)
 	sl := sh.t.insert(id)
 	var b []sluice.Bucket
 	if len(rules) == 1 {

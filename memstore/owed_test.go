@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	owedtab "github.com/sluicehq/sluice/internal/owed"
 )
 
 func heapInuse() uint64 {
@@ -63,7 +64,7 @@ func TestEvictionNeverGivesAFreshBucket(t *testing.T) {
 	}
 	cells := 0
 	for i := range s.shards {
-		cells += len(s.shards[i].owed.cells)
+		cells += s.shards[i].owed.t.Cells()
 	}
 	t.Logf("MaxKeys %d, %d keys held, owed %d cells (%d B); HeapInuse %d B before the flood, %d B after 200,000 keys (%+d B)",
 		maxKeys, s.Len(), cells, cells*16, base, flooded, int64(flooded)-int64(base))
@@ -149,8 +150,8 @@ func TestCappedNeverMorePermissiveThanUncapped(t *testing.T) {
 // and matches the keys merged into it, and expired records are free.
 func TestOwedRemembersAndMerges(t *testing.T) {
 	o := newOwed(8) // one group of 4 cells
-	if len(o.cells) != owedWays || len(o.merged) != 1 {
-		t.Fatalf("%d cells, %d merged records for a shard of 8 keys; want one group", len(o.cells), len(o.merged))
+	if o.t.Cells() != owedtab.Ways || o.t.Merged() != 1 {
+		t.Fatalf("%d cells, %d merged records for a shard of 8 keys; want one group", o.t.Cells(), o.t.Merged())
 	}
 	const now = 1_000
 	ids := []uint64{1 << 40, 2 << 40, 3 << 40, 4 << 40, 5 << 40, 6 << 40}
@@ -166,7 +167,7 @@ func TestOwedRemembersAndMerges(t *testing.T) {
 		{ids[0] | 1, 0, 200}, {ids[5] | 1, 0, 200}, {ids[1] | 1, 300, 200}, {ids[4] | 1, 600, 200},
 	} {
 		own, merged := o.recall(c.id, now)
-		if own-now != c.own || (merged > now && merged-now != c.merged) || (merged == now && o.merged[0].holds(c.id)) {
+		if own-now != c.own || (merged > now && merged-now != c.merged) || (merged == now && o.t.MergedHolds(c.id)) {
 			t.Fatalf("id %x: own %+d, merged %+d; want own %+d, merged %+d", c.id, own-now, merged-now, c.own, c.merged)
 		}
 		if c.own != 0 && merged == now {
@@ -179,14 +180,14 @@ func TestOwedRemembersAndMerges(t *testing.T) {
 	if own, merged := o.recall(ids[3]|1, now+600); own != now+600 || merged != now+600 {
 		t.Fatal("a record due in the past still applied")
 	}
-	if !o.merged[0].holds(ids[0]|1) || !o.merged[0].holds(ids[5]|1) {
+	if !o.t.MergedHolds(ids[0]|1) || !o.t.MergedHolds(ids[5]|1) {
 		t.Fatal("the merged filter lost a key merged into it")
 	}
 	// Once its fullAt has passed, the merged record starts empty again.
 	for i := uint64(10); i < 15; i++ {
 		o.remember(i<<40|1, now+2000, now+1000)
 	}
-	if o.merged[0].holds(ids[0]|1) && o.merged[0].holds(ids[5]|1) {
+	if o.t.MergedHolds(ids[0]|1) && o.t.MergedHolds(ids[5]|1) {
 		t.Fatal("an expired merged record was not emptied before reuse")
 	}
 }
