@@ -206,30 +206,59 @@ func Run(o Options) (*Report, error) {
 		rep.Order.MaxLagSeconds = m.seg.maxLag
 		rep.Order.Segments = len(m.seg.segs)
 	}
+	// remeasure reads srcs again into a fresh measurer of cls that counts
+	// from the window's start, now known (a pass read the newest line).
+	remeasure := func(what string, srcs []source, cls *classes, reorder int64, perKey bool, start int64) (*measurer, error) {
+		m := newMeasurer(cls, int64(o.Window/time.Second), reorder, perKey)
+		m.fixed, m.start = true, start
+		if spool != nil {
+			if _, err := spool.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		t := time.Now()
+		stopBar := startBar(show, o.stderr, what, &progress{}, 0)
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: &progress{}}
+		err := pl.run(func(b *batch) error { m.batch(b); return nil })
+		stopBar()
+		if err != nil {
+			return nil, err
+		}
+		m.ro.flush()
+		rep.MeasureSeconds += time.Since(t).Seconds()
+		return m, nil
+	}
 	if m.ro.late > 0 && m.seg != nil {
 		// Too far out of order for the window: read the segments again,
-		// oldest first, with a window that absorbs them.
+		// oldest first, with a window that absorbs them. Standard input
+		// is read again from its spool.
 		if segs, w, ok := m.seg.plan(); ok {
 			planned := make([]source, len(segs))
 			for i, sg := range segs {
 				planned[i] = srcs[sg.file]
+				if planned[i].name == "-" {
+					planned[i].name = spool.Name()
+				}
 				planned[i].start, planned[i].end = sg.start, sg.end
 			}
 			cls = freshClasses(cls, o.Config != "")
-			m2 := newMeasurer(cls, int64(o.Window/time.Second), w, o.Config != "")
-			t2 := time.Now()
-			stopBar := startBar(show, o.stderr, "measuring again, in time order", &progress{}, 0)
-			pl := &pipeline{sources: planned, newWork: newWork, prog: &progress{}}
-			err := pl.run(func(b *batch) error { m2.batch(b); return nil })
-			stopBar()
+			m2, err := remeasure("measuring again, in time order", planned, cls, w, o.Config != "", m.windowStart())
 			if err != nil {
 				return nil, err
 			}
-			m2.ro.flush()
-			rep.MeasureSeconds += time.Since(t2).Seconds()
 			m, replaySrcs, reorderWindow = m2, planned, w
 			rep.Order.Reread, rep.Order.ReorderSeconds, rep.Order.Late = true, w, m2.ro.late
 		}
+	}
+	if m.perKey && !m.fixed && m.minSec < m.windowStart() {
+		// The log is longer than the window: a key's summary may have
+		// begun before the window's start was known. Count again from it.
+		cls = freshClasses(cls, true)
+		m2, err := remeasure("measuring the window", replaySrcs, cls, reorderWindow, true, m.windowStart())
+		if err != nil {
+			return nil, err
+		}
+		m = m2
 	}
 	if rep.Order.Late > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d lines came more than %d s behind the newest line before them: each was counted in the oldest second still open (widen --reorder-window, or give files rather than standard input)", rep.Order.Late, rep.Order.ReorderSeconds))
@@ -259,21 +288,10 @@ func Run(o Options) (*Report, error) {
 				return nil, fmt.Errorf("the proposed routes: %w", err)
 			}
 			cls = freshClasses(&classes{endpoints: policyNamesOf(policies), matches: matchesOf(policies)}, true)
-			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, true)
-			if spool != nil {
-				if _, err := spool.Seek(0, io.SeekStart); err != nil {
-					return nil, err
-				}
-			}
-			t3 := time.Now()
-			stopBar := startBar(show, o.stderr, "measuring the proposed routes", &progress{}, total)
-			pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
-			err := pl.run(func(b *batch) error { m3.batch(b); return nil })
-			stopBar()
+			m3, err := remeasure("measuring the proposed routes", replaySrcs, cls, reorderWindow, true, start)
 			if err != nil {
 				return nil, err
 			}
-			rep.MeasureSeconds += time.Since(t3).Seconds()
 			m = m3
 			if o.MaxPolicies > 0 {
 				rep.Notes = append(rep.Notes[:conflictNotes], groupNotes...)
