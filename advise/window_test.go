@@ -2,7 +2,6 @@ package advise
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -49,7 +48,7 @@ func longLogEvents() []loggen.Event {
 
 // windowRecompute is an independent reading of the documented rule on the
 // events inside [start, end): callers, requests per caller, and the rate
-// (2 × the p99 of the busiest minutes, per second).
+// (2 × the busiest minute of the documented caller rank, per second).
 func windowRecompute(evs []loggen.Event, start, end int64) (callers int, requests map[string]uint32, rate float64) {
 	requests = map[string]uint32{}
 	perMin := map[string]map[int64]uint32{}
@@ -74,7 +73,7 @@ func windowRecompute(evs []loggen.Event, start, end int64) (callers int, request
 	}
 	slices.Sort(peaks)
 	n := len(peaks)
-	rank := int(math.Ceil(0.99 * float64(n)))
+	rank := rankOf(n)
 	return n, requests, 2 * float64(peaks[rank-1]) / 60
 }
 
