@@ -26,7 +26,7 @@ func TestLegitimateShareShown(t *testing.T) {
 	var browsers []loggen.Event
 	for i := range 1000 {
 		ip := fmt.Sprintf("10.5.%d.%d", i/250, i%250)
-		for m := range 10 {
+		for m := range 5 {
 			for j := range 1 + i%4 {
 				browsers = append(browsers, ev(t0+int64(m*60+j*9+i%7), "GET", "/api/data", ip, ""))
 			}
@@ -35,12 +35,12 @@ func TestLegitimateShareShown(t *testing.T) {
 	evs := slices.Clone(browsers)
 	for i := range 6 {
 		ip := fmt.Sprintf("192.0.2.%d", 100+i)
-		for s := range 10 * 60 / 2 {
+		for s := range 5 * 60 / 2 {
 			evs = append(evs, ev(t0+int64(2*s), "GET", "/api/data", ip, ""))
 		}
 	}
 	scanner := 0
-	for s := range 10 * 60 {
+	for s := range 5 * 60 {
 		e := ev(t0+int64(s), "GET", "/api/data", "198.51.100.9", "")
 		e.Status = 404
 		evs = append(evs, e)

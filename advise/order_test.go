@@ -227,10 +227,10 @@ func TestPuppetClassByDefinition(t *testing.T) {
 
 // TestStdinOutOfOrder stands for `zcat old/*.gz | sluice advise -` with
 // rotated files arriving newest first (issue #27, item 6): each real log
-// cut into four rotated pieces, given as file arguments in any order, and
-// joined newest first on standard input, plain or gzip, gives the same
-// report, replay included: standard input is read again from its spool,
-// in time order, and no line is late.
+// cut into four rotated pieces, given as file arguments newest first, and
+// joined newest first on standard input, plain (and gzip, for the first
+// log), gives the same report, replay included: standard input is read
+// again from its spool, in time order, and no line is late.
 func TestStdinOutOfOrder(t *testing.T) {
 	for _, name := range realLogNames {
 		lines := readLines(t, filepath.Join(realLogs(t), name))
@@ -270,7 +270,11 @@ func TestStdinOutOfOrder(t *testing.T) {
 			return b.Bytes()
 		}
 		want := run("files", files, nil)
-		for label, in := range map[string]io.Reader{"stdin": &newestFirst, "gzip stdin": &gz} {
+		inputs := map[string]io.Reader{"stdin": &newestFirst, "gzip stdin": &gz}
+		if name != realLogNames[0] {
+			delete(inputs, "gzip stdin") // once is enough
+		}
+		for label, in := range inputs {
 			if got := run(label, []string{"-"}, in); !bytes.Equal(got, want) {
 				t.Errorf("%s %s: the report differs from the files':\n%s", name, label, firstDiff(want, got))
 			}

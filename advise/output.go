@@ -224,7 +224,7 @@ func buildConfig(rep *Report, mode string) configFile {
 func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
-	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60,\n",
+	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60\n# (never one of the three busiest keys'),\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
 	b.WriteString("# burst = the p99 of the bucket each key needs at that rate, within 5-10 x rate or up to a minute of it\n# (see docs/advise.md). Review before enforcing; mode: shadow reports without rejecting.\n")
 	for _, c := range rep.Classes {
