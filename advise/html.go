@@ -166,8 +166,8 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 {{range .Replay.Top}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Rejected}}</td></tr>
 {{end}}</tbody></table>{{end}}{{end}}
 {{if .Tail}}<h3>Keys in the tail (busiest minute first)</h3>
-<table><thead><tr><th>key</th><th class="n">requests</th><th class="n">errors</th><th class="n">429s</th><th class="n">busiest minute</th><th class="n">busiest second</th><th>set apart</th></tr></thead><tbody>
-{{range .Tail}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Requests}}</td><td class="n">{{.Errors}}</td><td class="n">{{.Denied}}</td><td class="n">{{.PeakMinute}}</td><td class="n">{{.PeakSecond}}</td><td>{{.SetApart}}</td></tr>
+<table><thead><tr><th>key</th><th class="n">requests</th><th class="n">errors</th><th class="n">of them excused</th><th class="n">429s</th><th class="n">busiest minute</th><th class="n">busiest second</th><th>set apart</th></tr></thead><tbody>
+{{range .Tail}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Requests}}</td><td class="n">{{.Errors}}</td><td class="n">{{.Excused}}</td><td class="n">{{.Denied}}</td><td class="n">{{.PeakMinute}}</td><td class="n">{{.PeakSecond}}</td><td>{{.SetApart}}</td></tr>
 {{end}}</tbody></table>{{end}}
 {{if .Keys.WouldLimit}}<h3>Keys set apart as ones the proposal would limit ({{.Keys.SetApart}})</h3>
 <table><thead><tr><th>key</th><th>reason</th><th class="n">requests</th><th class="n">errors</th><th class="n">429s</th><th class="n">busiest minute</th></tr></thead><tbody>

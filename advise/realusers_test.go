@@ -119,6 +119,11 @@ func TestRealUsersNotSetApart(t *testing.T) {
 		}
 	}
 	js := findClass(t, rep, "GET /js/", "anonymous")
+	// the evidence: the office's 404s on source maps are shown, as excused
+	office := slices.IndexFunc(js.Tail, func(k TailKey) bool { return k.Key == "203.0.113.10" })
+	if office < 0 || js.Tail[office].Errors != 600 || js.Tail[office].Excused != 600 {
+		t.Errorf("GET /js/ tail %+v: want the office with its 600 source-map 404s, all excused", js.Tail)
+	}
 	if !js.InConfig || js.Proposal.Floor != "static" {
 		t.Fatalf("GET /js/: %+v, want a static class in the configuration", js.Proposal)
 	}
