@@ -20,7 +20,6 @@ type keySum struct {
 	class    int32
 	requests uint32
 	errors   uint32 // answered 4xx or 5xx, 429 included
-	excused  uint32 // of the errors, the 404s and 410s the errors rule does not count (statusExcused)
 	denied   uint32 // answered 429: already limited
 	peakSec  uint32 // its busiest whole second
 	peakMin  uint32 // its busiest whole minute
@@ -29,8 +28,11 @@ type keySum struct {
 	// class's proposed rate (burst.go), 0 until the burst pass; fill and
 	// last are that pass's leaky bucket.
 	need uint32
-	fill float64
-	last int64
+	// excused are, of the errors, the 404s and 410s the errors rule does
+	// not count (statusExcused); here, it fills need's padding
+	excused uint32
+	fill    float64
+	last    int64
 }
 
 func (k *keySum) add(status uint16, sec int64) {
