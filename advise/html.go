@@ -34,6 +34,7 @@ type htmlClass struct {
 	ID       string
 	Chart    template.HTML
 	Rejected string // the replay's rejections and their share, or why there is none
+	Legit    string // the share of legitimate requests rejected, "–" without a replay
 	WhatIf   []htmlWhatIf
 }
 
@@ -54,10 +55,14 @@ func buildHTML(rep *Report, o Options) htmlReport {
 		if n := seen[id]; n > 1 {
 			id += "-" + strconv.Itoa(n)
 		}
-		hc := htmlClass{ClassReport: c, ID: id, Chart: template.HTML(svgChart(c, false))}
+		hc := htmlClass{ClassReport: c, ID: id, Chart: template.HTML(svgChart(c, false)), Legit: "–"}
 		switch {
 		case c.Replay != nil:
 			hc.Rejected = fmt.Sprintf("%d (%.1f%%)", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
+			hc.Legit = fmt.Sprintf("%.1f%%", c.Replay.LegitimateShare)
+			if c.Replay.TooStrict {
+				hc.Legit += " !"
+			}
 			rows := []WhatIf{{Factor: 1, Rate: c.Rate, Burst: c.Proposal.Burst, Rejected: c.Replay.Rejected, RejectedKeys: c.Replay.RejectedKeys}}
 			for _, w := range c.Replay.WhatIf {
 				if w.Factor != 1 { // the proposal itself is the first row
@@ -133,7 +138,7 @@ svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
 <p>Read {{join .Rep.Inputs ", "}}: {{.Rep.Lines}} lines, {{.Rep.Malformed}} malformed{{if .Rep.Unmatched}}, {{.Rep.Unmatched}} matching no policy{{end}}.
 Window {{.Rep.Window}}: {{utc .Rep.WindowStart}} to {{utc .Rep.WindowEnd}}.
 Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input came up to {{.Rep.Order.MaxLagSeconds}} s out of order{{if .Rep.Order.Reread}}, read again in time order{{end}}; {{.Rep.Order.Late}} lines later than that).</p>
-<p>Per class (endpoint and caller kind), the proposal is rate = 2 × the p99 across keys of each key's busiest minute / 60, and a burst from the bucket each key needs at that rate (the p99 of the keys), within 5–10 × rate or up to a minute of it, after setting apart the keys it would limit (mostly errors, already denied, or outliers). The replay runs the proposal on the log with its own timestamps on sluice's in-memory store; the what-ifs replay it with rate and burst scaled, in the same pass.</p>
+<p>Per class (endpoint and caller kind), the proposal is rate = 2 × the p99 across keys of each key's busiest minute / 60 (never one of the busiest three keys'), and a burst from the bucket each key needs at that rate (the p99 of the keys), within 5–10 × rate or up to a minute of it, after setting apart the keys it would limit (mostly errors, already denied, or outliers). The replay runs the proposal on the log with its own timestamps on sluice's in-memory store; the what-ifs replay it with rate and burst scaled, in the same pass.</p>
 </div>
 <h2 id="summary">Summary</h2>
 <p class="meta">{{len .Classes}} classes, busiest first{{if .Rest}}: the {{len .Top}} busiest here, all of them below the table{{end}}. {{if .Rep.Notes}}{{len .Rep.Notes}} <a href="#notes">notes</a> at the end.{{end}}</p>
@@ -141,7 +146,7 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 {{if .Rest}}<details><summary>the other {{len .Rest}} classes</summary>
 {{template "summary" .Rest}}
 </details>{{end}}
-<p class="meta">* few samples: fewer (key, second) samples than --min-samples.</p>
+<p class="meta">* few samples: fewer (key, second) samples than --min-samples. ! few callers: sized on fewer than 12 callers, so that its busiest callers may still set it. Legitimate requests are those of the callers not set apart; ! after their share: more than 1% of them would be limited.</p>
 {{range .Classes}}
 <section id="{{.ID}}">
 <h2><code>{{.Match}}</code>, {{.Caller}} callers (policy <code>{{.Policy}}</code>)</h2>
@@ -149,7 +154,7 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 {{if .InConfig}}Proposed: rate <strong>{{.Rate}}</strong>, burst <strong>{{.Proposal.Burst}}</strong> (from the p99 busiest minute {{.Keys.PeakMinuteP99}} of the keys, and the p99 {{.Keys.NeedP99}} of the bucket each key within the rate needs at it; their busiest second: p99 {{.Keys.PeakSecondP99}}).{{else}}Not in the configuration.{{end}}</p>
 {{.Chart}}
 {{if .Replay}}<h3>Replay</h3>
-<p class="meta">{{.Replay.Requests}} requests from about {{.Replay.Keys}} keys replayed; the proposal would have limited {{.Rejected}} requests of {{.Replay.RejectedKeys}} distinct keys.</p>
+<p class="meta">{{.Replay.Requests}} requests from about {{.Replay.Keys}} keys replayed; the proposal would have limited {{.Rejected}} requests of {{.Replay.RejectedKeys}} distinct keys, and {{.Replay.LegitimateRejected}} of the {{.Replay.Legitimate}} requests of the callers not set apart ({{.Legit}} of the legitimate requests).</p>
 <table>
 <thead><tr><th>what if</th><th class="n">rate</th><th class="n">burst</th><th class="n">requests limited</th><th class="n">distinct keys limited</th></tr></thead>
 <tbody>
@@ -161,8 +166,8 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 {{range .Replay.Top}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Rejected}}</td></tr>
 {{end}}</tbody></table>{{end}}{{end}}
 {{if .Tail}}<h3>Keys in the tail (busiest minute first)</h3>
-<table><thead><tr><th>key</th><th class="n">requests</th><th class="n">errors</th><th class="n">429s</th><th class="n">busiest minute</th><th class="n">busiest second</th><th>set apart</th></tr></thead><tbody>
-{{range .Tail}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Requests}}</td><td class="n">{{.Errors}}</td><td class="n">{{.Denied}}</td><td class="n">{{.PeakMinute}}</td><td class="n">{{.PeakSecond}}</td><td>{{.SetApart}}</td></tr>
+<table><thead><tr><th>key</th><th class="n">requests</th><th class="n">errors</th><th class="n">of them excused</th><th class="n">429s</th><th class="n">busiest minute</th><th class="n">busiest second</th><th>set apart</th></tr></thead><tbody>
+{{range .Tail}}<tr><td class="key">{{clipk .Key}}</td><td class="n">{{.Requests}}</td><td class="n">{{.Errors}}</td><td class="n">{{.Excused}}</td><td class="n">{{.Denied}}</td><td class="n">{{.PeakMinute}}</td><td class="n">{{.PeakSecond}}</td><td>{{.SetApart}}</td></tr>
 {{end}}</tbody></table>{{end}}
 {{if .Keys.WouldLimit}}<h3>Keys set apart as ones the proposal would limit ({{.Keys.SetApart}})</h3>
 <table><thead><tr><th>key</th><th>reason</th><th class="n">requests</th><th class="n">errors</th><th class="n">429s</th><th class="n">busiest minute</th></tr></thead><tbody>
@@ -175,9 +180,9 @@ Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input ca
 </body>
 </html>
 {{define "summary"}}<table>
-<thead><tr><th>class</th><th>callers</th><th class="n">requests</th><th class="n">keys</th><th class="n">set apart</th><th class="n">p99 per second</th><th class="n">p99 busiest minute per key</th><th class="n">rate</th><th class="n">burst</th><th class="n">replay: requests limited</th><th class="n">keys limited</th></tr></thead>
+<thead><tr><th>class</th><th>callers</th><th class="n">requests</th><th class="n">keys</th><th class="n">set apart</th><th class="n">p99 per second</th><th class="n">p99 busiest minute per key</th><th class="n">rate</th><th class="n">burst</th><th class="n">replay: requests limited</th><th class="n">keys limited</th><th class="n">legitimate requests limited</th></tr></thead>
 <tbody>
-{{range .}}<tr><td><a href="#{{.ID}}"><code>{{.Match}}</code></a>{{if .LowData}} *{{end}}</td><td>{{.Caller}}</td><td class="n">{{.PerSecond.Requests}}</td><td class="n">{{.Keys.Keys}}</td><td class="n">{{.Keys.SetApart}}</td><td class="n">{{.PerSecond.P99}}</td><td class="n">{{.Keys.PeakMinuteP99}}</td><td class="n">{{if .InConfig}}{{.Rate}}{{else}}–{{end}}</td><td class="n">{{if .InConfig}}{{.Proposal.Burst}}{{else}}–{{end}}</td><td class="n">{{.Rejected}}</td><td class="n">{{if .Replay}}{{.Replay.RejectedKeys}}{{else}}–{{end}}</td></tr>
+{{range .}}<tr><td><a href="#{{.ID}}"><code>{{.Match}}</code></a>{{if .LowData}} *{{end}}{{if .Keys.FewCallers}} !{{end}}</td><td>{{.Caller}}</td><td class="n">{{.PerSecond.Requests}}</td><td class="n">{{.Keys.Keys}}</td><td class="n">{{.Keys.SetApart}}</td><td class="n">{{.PerSecond.P99}}</td><td class="n">{{.Keys.PeakMinuteP99}}</td><td class="n">{{if .InConfig}}{{.Rate}}{{else}}–{{end}}</td><td class="n">{{if .InConfig}}{{.Proposal.Burst}}{{else}}–{{end}}</td><td class="n">{{.Rejected}}</td><td class="n">{{if .Replay}}{{.Replay.RejectedKeys}}{{else}}–{{end}}</td><td class="n">{{.Legit}}</td></tr>
 {{end}}</tbody>
 </table>{{end}}
 `))

@@ -28,8 +28,11 @@ type keySum struct {
 	// class's proposed rate (burst.go), 0 until the burst pass; fill and
 	// last are that pass's leaky bucket.
 	need uint32
-	fill float64
-	last int64
+	// excused are, of the errors, the 404s and 410s the errors rule does
+	// not count (statusExcused); here, it fills need's padding
+	excused uint32
+	fill    float64
+	last    int64
 }
 
 func (k *keySum) add(status uint16, sec int64) {
@@ -38,6 +41,10 @@ func (k *keySum) add(status uint16, sec int64) {
 		k.denied++
 		k.errors++
 		return
+	}
+	if status&statusExcused != 0 {
+		k.excused++
+		status &^= statusExcused
 	}
 	if status >= 400 && status < 600 {
 		k.errors++
@@ -122,7 +129,8 @@ type KeyStats struct {
 	Keys   int `json:"keys"`   // distinct callers in the window
 	Normal int `json:"normal"` // those that size the proposal
 	// PeakMinuteP99 is the p99 across normal keys of each key's busiest
-	// minute; the sustained rate is it / 60 per second.
+	// minute (of rank callerRank: never one of the busiest three); the
+	// sustained rate is it / 60 per second.
 	PeakMinuteP99 uint32 `json:"peak_minute_p99"`
 	// PeakSecondP99 is the p99 of the busiest second of the normal keys
 	// whose sustained rate is within the proposed rate.
@@ -135,6 +143,9 @@ type KeyStats struct {
 	// --top; SetApart counts them all).
 	WouldLimit []LimitedKey `json:"would_limit,omitempty"`
 	SetApart   int          `json:"set_apart"`
+	// FewCallers is set when fewer than fewCallers normal keys size the
+	// proposal: its busiest callers may still set it.
+	FewCallers bool `json:"few_callers,omitempty"`
 }
 
 // classKeys returns the summaries of the keys of each class in the window.
@@ -157,7 +168,9 @@ func (m *measurer) classKeys(classes int) [][]*keySum {
 
 // setApart splits the keys of a class into those that size the proposal
 // and those it would limit. A key with at least abuseMinRequests requests
-// is set apart when half of them or more were errors (a scanner, a
+// is set apart when half of them or more were errors, the excused ones
+// aside (404s on static assets and of known crawlers, see excuse; a
+// scanner, a
 // credential stuffer, a broken client: its demand is not for the
 // service), when a tenth or more were already denied with 429, or when
 // its busiest minute is more than outlierFactor times the p90 of the
@@ -168,7 +181,7 @@ func setApart(keys []*keySum) (normal []*keySum, limited []LimitedKey) {
 		reason := ""
 		switch {
 		case k.requests < abuseMinRequests:
-		case float64(k.errors) >= errorShare*float64(k.requests):
+		case float64(k.errors-k.excused) >= errorShare*float64(k.requests):
 			reason = reasonErrors
 		case float64(k.denied) >= deniedShare*float64(k.requests):
 			reason = reasonDenied
@@ -217,12 +230,39 @@ func nearestRank(sorted []uint32, pct int) uint32 {
 	return sorted[max(0, (pct*len(sorted)+99)/100-1)]
 }
 
+// trimTop is how many of a class's busiest callers never size its
+// proposal, whatever the class's size.
+const trimTop = 3
+
+// fewCallers: a class sized on fewer normal callers than this is flagged
+// (KeyStats.FewCallers): below it, fewer than trimTop are left out.
+const fewCallers = 4 * trimTop
+
+// callerRank is the rank (from 1, by increasing value) of the value the
+// proposal reads across n callers: the p99's nearest rank, ⌈0.99·n⌉, but
+// never one of the busiest trimTop callers, and in a class of fewer than
+// fewCallers never one of its busiest quarter. With 300 callers or more
+// it is the p99; with 100 callers the p99 would be the busiest caller
+// alone, so that three callers at five times everyone's peak, or two
+// brute-forcers on a login, would set the limit.
+func callerRank(n int) int {
+	return max(1, min((99*n+99)/100, n-min(trimTop, n/4)))
+}
+
+// byCallerRank is the value of rank callerRank(len(sorted)); 0 for none.
+func byCallerRank(sorted []uint32) uint32 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[callerRank(len(sorted))-1]
+}
+
 // proposeByKeys is the proposal read across keys:
 //
 //	sustained rate of a key = its busiest minute / 60               (requests per second)
-//	rate R = 2 × p99 across normal keys of the sustained rate        (a whole number per minute)
+//	rate R = 2 × the sustained rate of rank callerRank across normal keys (the p99, a whole number per minute)
 //	need of a key = the smallest bucket that passes all its requests at R   (burst.go)
-//	peak   = p99 of the need of the normal keys whose busiest minute is within R
+//	peak   = the need of rank callerRank among the normal keys whose busiest minute is within R
 //	range  = [⌈5·R⌉, ⌊10·R⌋] when peak is within it, else [⌈5·R⌉, ⌊60·R⌋]
 //	burst  = peak clamped to range, at least minBurst
 //
@@ -248,7 +288,8 @@ func proposeByKeys(normal []*keySum, minBurst int64) (Proposal, KeyStats) {
 		mins[i] = k.peakMin
 	}
 	slices.Sort(mins)
-	ks.PeakMinuteP99 = nearestRank(mins, 99)
+	ks.PeakMinuteP99 = byCallerRank(mins)
+	ks.FewCallers = len(normal) < fewCallers
 	perMinute := 2 * float64(ks.PeakMinuteP99)
 	rate := perMinute / 60
 	var secs, needs []uint32
@@ -260,8 +301,8 @@ func proposeByKeys(normal []*keySum, minBurst int64) (Proposal, KeyStats) {
 	}
 	slices.Sort(secs)
 	slices.Sort(needs)
-	ks.PeakSecondP99 = nearestRank(secs, 99)
-	ks.NeedP99 = nearestRank(needs, 99)
+	ks.PeakSecondP99 = byCallerRank(secs)
+	ks.NeedP99 = byCallerRank(needs)
 	window := "10s"
 	lo := max(1, int64(math.Ceil(5*rate-1e-9)))
 	hi := int64(math.Floor(10*rate + 1e-9))
@@ -293,6 +334,7 @@ func reburst(rep *Report, m *measurer, o Options) {
 			normal, _ = setApart(normal)
 		}
 		p, ks := proposeByKeys(normal, int64(o.MinBurst))
+		staticFloor(&p, c.Match)
 		c.Proposal, c.Keys.PeakSecondP99, c.Keys.NeedP99 = p, ks.PeakSecondP99, ks.NeedP99
 	}
 }

@@ -170,6 +170,12 @@ type measurer struct {
 	overflow  int32            // the summary shared by keys past maxKeySums, -1 for none
 	sumIndex  map[uint64]int32 // (class, key) → its summary in sums
 	sums      []keySum
+	// fixed is set when the window's start is known before the pass (an
+	// earlier pass read the newest line): start is then the window's
+	// first second, and nothing older is counted, so that every per-key
+	// summary covers exactly the window.
+	fixed bool
+	start int64
 }
 
 // newMeasurer returns a measurer of the last window seconds of the log
@@ -264,6 +270,9 @@ func (m *measurer) batch(b *batch) {
 // release counts the records of one second, released in time order.
 func (m *measurer) release(s *slotBuf) {
 	sec := s.sec
+	if m.fixed && sec < m.start {
+		return
+	}
 	if sec > m.clock {
 		m.clock = sec
 		if sec/60 > m.lastSweep {
@@ -405,6 +414,9 @@ func (m *measurer) sweep(all bool) {
 // windowStart is the first second of the window: the end of the log less
 // the window, rounded down to a whole hour (0 for the whole log).
 func (m *measurer) windowStart() int64 {
+	if m.fixed {
+		return m.start
+	}
 	if m.window <= 0 || m.maxSec < 0 {
 		return 0
 	}

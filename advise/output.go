@@ -42,8 +42,8 @@ func writeTable(w io.Writer, rep *Report) error {
 	}
 	b.WriteString("\nper class: requests, callers, callers set apart; busiest minute and second per key (p99/max);\n")
 	b.WriteString("the proposal, and what its replay on this log rejected. Policy names and distributions: --json.\n\n")
-	const row = "%-34s %-4s %8s %7s %5s %10s %10s %7s %6s %14s %5s\n" // 120 columns
-	fmt.Fprintf(&b, row, "MATCH", "WHO", "REQUESTS", "KEYS", "APART", "MIN p99/mx", "SEC p99/mx", "RATE", "BURST", "REJECTED", "RKEYS")
+	const row = "%-27s %-4s %8s %7s %5s %10s %10s %7s %6s %14s %5s %6s\n" // 120 columns
+	fmt.Fprintf(&b, row, "MATCH", "WHO", "REQUESTS", "KEYS", "APART", "MIN p99/mx", "SEC p99/mx", "RATE", "BURST", "REJECTED", "RKEYS", "LEGIT")
 	for _, c := range rep.Classes {
 		who := "anon"
 		if c.Caller == "authenticated" {
@@ -56,7 +56,10 @@ func writeTable(w io.Writer, rep *Report) error {
 		if c.LowData {
 			match += " *"
 		}
-		rej, rkeys, seen := "-", "-", "-"
+		if c.Keys.FewCallers {
+			match += " !"
+		}
+		rej, rkeys, seen, legit := "-", "-", "-", "-"
 		if c.Keys.Keys > 0 {
 			seen = fmt.Sprint(c.Keys.Keys) // exact, from the keys' summaries
 		} else if c.Replay != nil {
@@ -65,14 +68,19 @@ func writeTable(w io.Writer, rep *Report) error {
 		if c.Replay != nil {
 			rej = fmt.Sprintf("%d %.1f%%", c.Replay.Rejected, pct(c.Replay.Rejected, c.Replay.Requests))
 			rkeys = fmt.Sprint(c.Replay.RejectedKeys)
+			legit = fmt.Sprintf("%.1f%%", c.Replay.LegitimateShare)
+			if c.Replay.TooStrict {
+				legit += "!"
+			}
 		} else if !c.InConfig {
 			rej = "not in config"
 		}
-		fmt.Fprintf(&b, row, clip(match, 34), who, clip(fmt.Sprint(c.PerSecond.Requests), 8), clip(seen, 7), clip(fmt.Sprint(c.Keys.SetApart), 5),
+		fmt.Fprintf(&b, row, clip(match, 27), who, clip(fmt.Sprint(c.PerSecond.Requests), 8), clip(seen, 7), clip(fmt.Sprint(c.Keys.SetApart), 5),
 			clip(fmt.Sprintf("%d/%d", c.PerMinute.P99, c.PerMinute.Max), 10), clip(fmt.Sprintf("%d/%d", c.PerSecond.P99, c.PerSecond.Max), 10),
-			clip(c.Rate, 7), clip(fmt.Sprint(c.Proposal.Burst), 6), clip(rej, 14), clip(rkeys, 5))
+			clip(c.Rate, 7), clip(fmt.Sprint(c.Proposal.Burst), 6), clip(rej, 14), clip(rkeys, 5), clip(legit, 6))
 	}
-	b.WriteString("(* few samples: fewer than --min-samples (key, second) samples)\n")
+	b.WriteString("(* few samples: fewer than --min-samples (key, second) samples; ! few callers: sized on fewer than 12;\n")
+	b.WriteString(" LEGIT: the share of the requests of callers not set apart the replay rejected, ! above 1%)\n")
 	hit := false
 	for _, c := range rep.Classes {
 		if c.Replay == nil || len(c.Replay.Top) == 0 {
@@ -216,9 +224,18 @@ func buildConfig(rep *Report, mode string) configFile {
 func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
-	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60,\n",
+	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60\n# (never one of the three busiest keys'),\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
 	b.WriteString("# burst = the p99 of the bucket each key needs at that rate, within 5-10 x rate or up to a minute of it\n# (see docs/advise.md). Review before enforcing; mode: shadow reports without rejecting.\n")
+	for _, c := range rep.Classes {
+		if c.Replay != nil {
+			fmt.Fprintf(&b, "# %s %s: the replay rejects %.1f%% of the legitimate requests (callers not set apart)", c.Policy, c.Caller, c.Replay.LegitimateShare)
+			if c.Replay.TooStrict {
+				fmt.Fprintf(&b, ", more than %g%%: too strict for its heavy callers", maxLegitDenied)
+			}
+			b.WriteString("\n")
+		}
+	}
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(buildConfig(rep, mode)); err != nil {

@@ -74,6 +74,9 @@ type Proposal struct {
 	// keys reading: 10s (the rule's 10 × rate), or 1m when the keys'
 	// short peaks need more than 10 s of the rate.
 	BurstWindow string `json:"burst_window,omitempty"`
+	// Floor is "static" when the class serves static assets and the
+	// proposal was raised to their floor (static.go).
+	Floor string `json:"floor,omitempty"`
 }
 
 func propose(sec, perMin Dist) Proposal {

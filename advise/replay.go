@@ -20,9 +20,14 @@ type replayer struct {
 	requests []int64
 	rejected []int64
 	byKey    []map[string]int64 // rejected requests per key, by class
-	keys     []*distinct        // distinct keys, by class
-	ro       *reorder
-	variants []*variant // what-ifs (whatif.go)
+	// apart are the keys set apart, by class: the others' requests are
+	// the legitimate ones, counted in legit and legitRejected.
+	apart         []map[string]bool
+	legit         []int64
+	legitRejected []int64
+	keys          []*distinct // distinct keys, by class
+	ro            *reorder
+	variants      []*variant // what-ifs (whatif.go)
 }
 
 // newReplayer returns a replayer of rules (by class) over the records
@@ -37,6 +42,10 @@ func newReplayer(cls *classes, start, reorder int64, rules [][]sluice.Rule) *rep
 		rejected: make([]int64, len(rules)),
 		byKey:    make([]map[string]int64, len(rules)),
 		keys:     make([]*distinct, len(rules)),
+		apart:    make([]map[string]bool, len(rules)),
+
+		legit:         make([]int64, len(rules)),
+		legitRejected: make([]int64, len(rules)),
 	}
 	rp.ro = newReorder(reorder, true, rp.release)
 	return rp
@@ -82,7 +91,14 @@ func (rp *replayer) release(s *slotBuf) {
 		k := unsafe.String(unsafe.SliceData(rp.keybuf), len(rp.keybuf))
 		res := rp.store.CheckAt(sluice.Request{Key: k, Cost: 1, Rules: rp.rules[class]}, it.time)
 		rp.checkVariants(class, k, it.keyHash, it.time, sweep)
+		legit := !rp.apart[class][string(key)]
+		if legit {
+			rp.legit[class]++
+		}
 		if !res.Allowed {
+			if legit {
+				rp.legitRejected[class]++
+			}
 			rp.rejected[class]++
 			if rp.byKey[class] == nil {
 				rp.byKey[class] = make(map[string]int64)

@@ -58,7 +58,13 @@ type ClassReport struct {
 	Tail []TailKey `json:"tail,omitempty"`
 
 	class int32
+	apart map[string]bool // every key set apart
 }
+
+// maxLegitDenied is the share of legitimate requests (those of callers not
+// set apart), in percent, above which a class's replay flags its proposal
+// as too strict (ReplayStats.TooStrict).
+const maxLegitDenied = 1.0
 
 // Order is how out of order the input was, and what the advisor did
 // about it (see reorder.go). It describes the input, not the traffic: the
@@ -69,8 +75,7 @@ type Order struct {
 	// counted in its own second.
 	ReorderSeconds int64 `json:"reorder_window_seconds"`
 	// MaxLagSeconds is the most a line came behind the newest line
-	// before it, as the files were given (0 for standard input, not
-	// measured).
+	// before it, as the inputs were given.
 	MaxLagSeconds int64 `json:"max_lag_seconds"`
 	// Segments is how many stretches the files were cut into where a line
 	// came more than 15 minutes behind (rotated files concatenated newest
@@ -86,12 +91,20 @@ type Order struct {
 
 // ReplayStats is what the proposal would have done to the class.
 type ReplayStats struct {
-	Requests     int64      `json:"requests"`
-	Keys         int64      `json:"keys"` // distinct callers, estimated within about 2%
-	Rejected     int64      `json:"rejected"`
-	RejectedKeys int        `json:"rejected_keys"`
-	Top          []KeyCount `json:"top,omitempty"`
-	WhatIf       []WhatIf   `json:"what_if,omitempty"` // the proposal scaled, replayed too (whatif.go)
+	Requests     int64 `json:"requests"`
+	Keys         int64 `json:"keys"` // distinct callers, estimated within about 2%
+	Rejected     int64 `json:"rejected"`
+	RejectedKeys int   `json:"rejected_keys"`
+	// Legitimate are the requests of the callers not set apart, and
+	// LegitimateRejected those of them the proposal rejected;
+	// LegitimateShare is the second over the first, in percent.
+	Legitimate         int64   `json:"legitimate_requests"`
+	LegitimateRejected int64   `json:"legitimate_rejected"`
+	LegitimateShare    float64 `json:"legitimate_rejected_percent"`
+	// TooStrict is set when LegitimateShare is above maxLegitDenied.
+	TooStrict bool       `json:"too_strict,omitempty"`
+	Top       []KeyCount `json:"top,omitempty"`
+	WhatIf    []WhatIf   `json:"what_if,omitempty"` // the proposal scaled, replayed too (whatif.go)
 }
 
 // Run reads the logs of o, proposes limits and replays them, and writes
@@ -171,9 +184,7 @@ func Run(o Options) (*Report, error) {
 	// Without --config this pass finds the patterns; the routes pass below
 	// measures per key.
 	m := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, o.Config != "")
-	if !slices.Contains(names, "-") {
-		m.seg = &segmenter{}
-	}
+	m.seg = &segmenter{} // standard input too: it is read again from its spool
 	t0 := time.Now()
 	stopBar := startBar(show, o.stderr, "measuring", prog, total)
 	pl := &pipeline{sources: srcs, stdin: o.stdin, spool: spool, newWork: newWork, prog: prog}
@@ -206,30 +217,59 @@ func Run(o Options) (*Report, error) {
 		rep.Order.MaxLagSeconds = m.seg.maxLag
 		rep.Order.Segments = len(m.seg.segs)
 	}
+	// remeasure reads srcs again into a fresh measurer of cls that counts
+	// from the window's start, now known (a pass read the newest line).
+	remeasure := func(what string, srcs []source, cls *classes, reorder int64, perKey bool, start int64) (*measurer, error) {
+		m := newMeasurer(cls, int64(o.Window/time.Second), reorder, perKey)
+		m.fixed, m.start = true, start
+		if spool != nil {
+			if _, err := spool.Seek(0, io.SeekStart); err != nil {
+				return nil, err
+			}
+		}
+		t := time.Now()
+		stopBar := startBar(show, o.stderr, what, &progress{}, 0)
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: &progress{}}
+		err := pl.run(func(b *batch) error { m.batch(b); return nil })
+		stopBar()
+		if err != nil {
+			return nil, err
+		}
+		m.ro.flush()
+		rep.MeasureSeconds += time.Since(t).Seconds()
+		return m, nil
+	}
 	if m.ro.late > 0 && m.seg != nil {
 		// Too far out of order for the window: read the segments again,
-		// oldest first, with a window that absorbs them.
+		// oldest first, with a window that absorbs them. Standard input
+		// is read again from its spool.
 		if segs, w, ok := m.seg.plan(); ok {
 			planned := make([]source, len(segs))
 			for i, sg := range segs {
 				planned[i] = srcs[sg.file]
+				if planned[i].name == "-" {
+					planned[i].name = spool.Name()
+				}
 				planned[i].start, planned[i].end = sg.start, sg.end
 			}
 			cls = freshClasses(cls, o.Config != "")
-			m2 := newMeasurer(cls, int64(o.Window/time.Second), w, o.Config != "")
-			t2 := time.Now()
-			stopBar := startBar(show, o.stderr, "measuring again, in time order", &progress{}, 0)
-			pl := &pipeline{sources: planned, newWork: newWork, prog: &progress{}}
-			err := pl.run(func(b *batch) error { m2.batch(b); return nil })
-			stopBar()
+			m2, err := remeasure("measuring again, in time order", planned, cls, w, o.Config != "", m.windowStart())
 			if err != nil {
 				return nil, err
 			}
-			m2.ro.flush()
-			rep.MeasureSeconds += time.Since(t2).Seconds()
 			m, replaySrcs, reorderWindow = m2, planned, w
 			rep.Order.Reread, rep.Order.ReorderSeconds, rep.Order.Late = true, w, m2.ro.late
 		}
+	}
+	if m.perKey && !m.fixed && m.minSec < m.windowStart() {
+		// The log is longer than the window: a key's summary may have
+		// begun before the window's start was known. Count again from it.
+		cls = freshClasses(cls, true)
+		m2, err := remeasure("measuring the window", replaySrcs, cls, reorderWindow, true, m.windowStart())
+		if err != nil {
+			return nil, err
+		}
+		m = m2
 	}
 	if rep.Order.Late > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d lines came more than %d s behind the newest line before them: each was counted in the oldest second still open (widen --reorder-window, or give files rather than standard input)", rep.Order.Late, rep.Order.ReorderSeconds))
@@ -259,21 +299,10 @@ func Run(o Options) (*Report, error) {
 				return nil, fmt.Errorf("the proposed routes: %w", err)
 			}
 			cls = freshClasses(&classes{endpoints: policyNamesOf(policies), matches: matchesOf(policies)}, true)
-			m3 := newMeasurer(cls, int64(o.Window/time.Second), reorderWindow, true)
-			if spool != nil {
-				if _, err := spool.Seek(0, io.SeekStart); err != nil {
-					return nil, err
-				}
-			}
-			t3 := time.Now()
-			stopBar := startBar(show, o.stderr, "measuring the proposed routes", &progress{}, total)
-			pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
-			err := pl.run(func(b *batch) error { m3.batch(b); return nil })
-			stopBar()
+			m3, err := remeasure("measuring the proposed routes", replaySrcs, cls, reorderWindow, true, start)
 			if err != nil {
 				return nil, err
 			}
-			rep.MeasureSeconds += time.Since(t3).Seconds()
 			m = m3
 			if o.MaxPolicies > 0 {
 				rep.Notes = append(rep.Notes[:conflictNotes], groupNotes...)
@@ -330,6 +359,11 @@ func Run(o Options) (*Report, error) {
 			}
 		}
 		rp := newReplayer(cls, start, reorderWindow, rules)
+		for _, c := range rep.Classes {
+			if int(c.class) < len(rp.apart) {
+				rp.apart[c.class] = c.apart
+			}
+		}
 		defer rp.store.Close()
 		rp.addVariants(o.WhatIf)
 		defer rp.closeVariants()
@@ -365,6 +399,13 @@ func Run(o Options) (*Report, error) {
 				RejectedKeys: len(rp.byKey[c.class]),
 				Top:          rp.top(int(c.class), o.Top),
 				WhatIf:       rp.whatIfs(c.class),
+
+				Legitimate:         rp.legit[c.class],
+				LegitimateRejected: rp.legitRejected[c.class],
+			}
+			c.Replay.LegitimateShare = pct(c.Replay.LegitimateRejected, c.Replay.Legitimate)
+			if c.Replay.TooStrict = c.Replay.LegitimateShare > maxLegitDenied; c.Replay.TooStrict {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s %s: the proposal would refuse %.1f%% of the requests of the callers not set apart (%d of %d), more than %g%%: heavy legitimate callers would be denied; see the what-ifs, or give them a plan of their own", c.Match, c.Caller, c.Replay.LegitimateShare, c.Replay.LegitimateRejected, c.Replay.Legitimate, maxLegitDenied))
 			}
 		}
 	}
@@ -427,8 +468,15 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 			cr.Keys.Normal = len(normal)
 		} else {
 			cr.Proposal, cr.Keys = proposeByKeys(normal, int64(o.MinBurst))
+			staticFloor(&cr.Proposal, cr.Match)
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
+		if len(limited) > 0 {
+			cr.apart = make(map[string]bool, len(limited))
+			for _, k := range limited {
+				cr.apart[k.Key] = true
+			}
+		}
 		cr.Tail = tailKeys(keysOf[c], limited, max(o.Top, 10))
 		cr.Keys.WouldLimit = limited[:min(len(limited), max(o.Top, 10))]
 		cr.Rate = sluice.FormatRate(cr.Proposal.Rate)

@@ -11,6 +11,7 @@ type TailKey struct {
 	Key        string `json:"key"`
 	Requests   uint32 `json:"requests"`
 	Errors     uint32 `json:"errors"`
+	Excused    uint32 `json:"excused_errors,omitempty"` // of the errors, those the errors rule does not count (static.go)
 	Denied     uint32 `json:"denied"`
 	PeakMinute uint32 `json:"peak_minute"`
 	PeakSecond uint32 `json:"peak_second"`
@@ -34,7 +35,7 @@ func tailKeys(keys []*keySum, limited []LimitedKey, n int) []TailKey {
 	}
 	out := make([]TailKey, 0, min(n, len(s)))
 	for _, k := range s[:min(n, len(s))] {
-		out = append(out, TailKey{Key: k.key, Requests: k.requests, Errors: k.errors, Denied: k.denied,
+		out = append(out, TailKey{Key: k.key, Requests: k.requests, Errors: k.errors, Excused: k.excused, Denied: k.denied,
 			PeakMinute: k.peakMin, PeakSecond: k.peakSec, SetApart: reason[k.key]})
 	}
 	return out

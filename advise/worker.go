@@ -54,6 +54,8 @@ func (w *lineWorker) do(b *batch) {
 		r := rec{time: e.time, policy: -1, off: lineOff, status: uint16(e.status)}
 		if e.refused {
 			r.status |= statusRefused
+		} else if excuse(e.status, e.path, line) {
+			r.status |= statusExcused
 		}
 		if w.m != nil {
 			r.policy = w.m.match(e.method, e.path)
