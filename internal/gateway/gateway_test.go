@@ -293,6 +293,33 @@ func TestReloadKeepsBuckets(t *testing.T) {
 	}
 }
 
+// TestReloadRefusesDuplicateKey: a reload whose api_keys_file lists a key
+// twice is refused, naming both lines, and the running keys stay: the key's
+// caller keeps its identity and its authenticated limit.
+func TestReloadRefusesDuplicateKey(t *testing.T) {
+	dir := t.TempDir()
+	keys := dir + "/keys.txt"
+	const digest = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
+	if err := os.WriteFile(keys, []byte(digest+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "identity: {api_keys_file: keys.txt}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 1}], authenticated: [{rate: 1/h, burst: 3}]}\n")
+	if err := os.WriteFile(keys, []byte(digest+" alice\n# the same key again, for someone else\n"+digest+" mallory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := s.g.Reload()
+	if err == nil || !strings.Contains(err.Error(), keys+":3: the same key (SHA-256 digest) as line 1") {
+		t.Fatalf("reload: %v; want the duplicate named by both lines", err)
+	}
+	// The running keys are alice's: the key still buys the burst of 3.
+	for i := range 4 {
+		want := map[bool]int{true: 404, false: 429}[i < 3]
+		if code, _ := status(t, s.traffic+"/x", "X-Api-Key", "foo"); code != want {
+			t.Fatalf("request %d with the key after the refused reload: %d, want %d", i+1, code, want)
+		}
+	}
+}
+
 // The proxy copies bodies through pooled buffers: concurrent large
 // responses, each different, must still arrive whole and unmixed.
 func TestProxyBuffersAreNotShared(t *testing.T) {
