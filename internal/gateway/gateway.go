@@ -458,13 +458,15 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		st := g.state.Load()
 		return &st.cfg.EnvoyRLS, st.limiter
 	}, envoyrls.Options{
-		MaxInFlight:      cfg.Server.MaxInFlight,
-		MaxConnections:   cfg.Server.MaxConnections,
-		MaxMessageBytes:  cfg.Server.MaxHeaderBytes,
-		HandshakeTimeout: cfg.Server.ReadHeaderTimeout,
-		IdleTimeout:      cfg.Server.IdleTimeout,
-		Rejected:         func(reason string) { g.rejected("envoy_rls", reason) },
-		Logger:           g.log,
+		MaxInFlight:         cfg.Server.MaxInFlight,
+		MaxConnections:      cfg.Server.MaxConnections,
+		MaxConnectionsPerIP: cfg.Server.MaxConnectionsPerIP,
+		IPv6Prefix:          cfg.IPv6Prefix,
+		MaxMessageBytes:     cfg.Server.MaxHeaderBytes,
+		HandshakeTimeout:    cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:         cfg.Server.IdleTimeout,
+		Rejected:            func(reason string) { g.rejected("envoy_rls", reason) },
+		Logger:              g.log,
 	})
 	go func() { errc <- g.rls.Serve(g.rlsLn) }()
 }
@@ -506,11 +508,15 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 			"domains", len(cfg.EnvoyRLS.Domains()), "limits", len(cfg.EnvoyRLS.Policies()))
 	}
 	errc := make(chan error, 4)
-	go func() { errc <- g.traffic.Serve(g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")) }()
-	go func() { errc <- g.admin.Serve(g.adminLn) }()
+	go func() {
+		errc <- g.traffic.Serve(g.limitListener(g.perAddress(g.trafficLn, cfg, "traffic"), cfg.Server.MaxConnections, "traffic"))
+	}()
+	go func() { errc <- g.admin.Serve(g.perAddress(g.adminLn, cfg, "admin")) }()
 	if g.decisionLn != nil {
 		g.decision = newServer(g.Decision(), cfg.Server, g.log)
-		go func() { errc <- g.decision.Serve(g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")) }()
+		go func() {
+			errc <- g.decision.Serve(g.limitListener(g.perAddress(g.decisionLn, cfg, "decision"), cfg.Server.MaxConnections, "decision"))
+		}()
 	}
 	if g.rlsLn != nil {
 		g.serveRLS(cfg, errc)
