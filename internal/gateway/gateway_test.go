@@ -39,11 +39,13 @@ func newGatewayB(t testing.TB, yaml string) (*Gateway, *httptest.Server, *httpte
 	return g, traffic, admin
 }
 
+// status sends GET url with the headers given as name, value pairs (a name
+// given twice is sent twice) and returns the status and body.
 func status(t *testing.T, url string, header ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
