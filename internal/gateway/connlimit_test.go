@@ -31,15 +31,20 @@ func dialFrom(t *testing.T, src, addr string) net.Conn {
 // getFrom sends a GET to url on a new connection from the address src and
 // returns the status and body, or the error of the exchange.
 func getFrom(src, url string) (int, string, error) {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	resp, err := c.Get(url)
+	resp, err := clientFrom(src).Get(url)
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// clientFrom is an HTTP client at the address src, a new connection for
+// each request.
+func clientFrom(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}, Timeout: 30 * time.Second}
 }
 
 // counter reads the value of the series (name{labels}) from /metrics, 0

@@ -72,6 +72,8 @@ type Gateway struct {
 
 	accessLog *accessLog // nil: none (accesslog.go)
 
+	untrusted *forwardedWarner // forwarding headers while trusted_proxies is empty (untrusted.go)
+
 	// Runtime overrides and the admin API (admin.go, admin_store.go).
 	redisClient   redis.UniversalClient // nil with the memory store
 	overrides     *httplimit.Overrides
@@ -107,6 +109,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
+	g.untrusted = newForwardedWarner(g.reg, log)
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
 		return nil, err
@@ -312,6 +315,9 @@ func (g *Gateway) serveTrafficListener(w http.ResponseWriter, r *http.Request) {
 	}
 	defer g.trafficFlight.release()
 	st := g.state.Load()
+	if len(st.trusted) == 0 {
+		g.untrusted.note(r)
+	}
 	if r.URL.Path == "/v1/check" && st.cfg.DecisionAPI.OnTrafficListener {
 		g.serveCheck(w, r, st)
 		return
