@@ -100,6 +100,8 @@ func (l *Listener) client(remote net.Addr) (netip.Addr, bool) {
 	switch r := remote.(type) {
 	case *net.TCPAddr:
 		a = r.AddrPort().Addr()
+	case nil:
+		return netip.Addr{}, false
 	default:
 		ap, err := netip.ParseAddrPort(remote.String())
 		if err != nil {

@@ -139,6 +139,7 @@ func TestClientAddress(t *testing.T) {
 		{&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 1, Zone: "eth0"}, "fe80::"},
 		{&net.UnixAddr{Name: "/run/sluice.sock", Net: "unix"}, ""},
 		{&net.TCPAddr{}, ""},
+		{nil, ""},
 	} {
 		a, ok := l.client(tc.remote)
 		if got := map[bool]string{true: a.String(), false: ""}[ok]; got != tc.want {
