@@ -16,9 +16,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
-
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/connlimit"
 )
 
 // Options bounds what clients can hold of the gRPC listener, as the
@@ -30,13 +27,6 @@ type Options struct {
 	// MaxConnections bounds the open connections; beyond it a new one is
 	// closed at once. Default 10000.
 	MaxConnections int
-	// MaxConnectionsPerIP bounds the open connections of one client
-	// address (IPv6 by IPv6Prefix); beyond it a new one is closed at once.
-	// Default config.DefaultMaxConnectionsPerIP.
-	MaxConnectionsPerIP int
-	// IPv6Prefix groups IPv6 client addresses for MaxConnectionsPerIP;
-	// default 64.
-	IPv6Prefix int
 	// MaxMessageBytes bounds a request message; default 64 KiB.
 	MaxMessageBytes int
 	// HandshakeTimeout bounds a new connection's setup; default 10s.
@@ -44,7 +34,7 @@ type Options struct {
 	// IdleTimeout closes a connection without calls; default 2m.
 	IdleTimeout time.Duration
 	// Rejected, when set, counts what the bounds refused, by reason
-	// (connections, connections_per_ip, in_flight).
+	// (connections, in_flight).
 	Rejected func(reason string)
 	// Logger receives the server's errors; nil means slog.Default().
 	Logger *slog.Logger
@@ -83,12 +73,6 @@ func New(source Source, opts Options) *Server {
 	}
 	if opts.MaxConnections <= 0 {
 		opts.MaxConnections = 10_000
-	}
-	if opts.MaxConnectionsPerIP <= 0 {
-		opts.MaxConnectionsPerIP = config.DefaultMaxConnectionsPerIP
-	}
-	if opts.IPv6Prefix <= 0 {
-		opts.IPv6Prefix = 64
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = 64 << 10
@@ -144,8 +128,7 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 
 // Serve serves on ln until Stop.
 func (s *Server) Serve(ln net.Listener) error {
-	perIP := connlimit.New(ln, s.opts.MaxConnectionsPerIP, s.opts.IPv6Prefix, func() { s.opts.Rejected("connections_per_ip") })
-	return s.grpc.Serve(&boundedListener{Listener: perIP, slots: make(chan struct{}, s.opts.MaxConnections), rejected: s.opts.Rejected})
+	return s.grpc.Serve(&boundedListener{Listener: ln, slots: make(chan struct{}, s.opts.MaxConnections), rejected: s.opts.Rejected})
 }
 
 // Stop reports NOT_SERVING, stops accepting and lets the calls in flight

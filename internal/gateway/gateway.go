@@ -464,17 +464,15 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		st := g.state.Load()
 		return &st.cfg.EnvoyRLS, st.limiter
 	}, envoyrls.Options{
-		MaxInFlight:         cfg.Server.MaxInFlight,
-		MaxConnections:      cfg.Server.MaxConnections,
-		MaxConnectionsPerIP: cfg.Server.MaxConnectionsPerIP,
-		IPv6Prefix:          cfg.IPv6Prefix,
-		MaxMessageBytes:     cfg.Server.MaxHeaderBytes,
-		HandshakeTimeout:    cfg.Server.ReadHeaderTimeout,
-		IdleTimeout:         cfg.Server.IdleTimeout,
-		Rejected:            func(reason string) { g.rejected("envoy_rls", reason) },
-		Logger:              g.log,
+		MaxInFlight:      cfg.Server.MaxInFlight,
+		MaxConnections:   cfg.Server.MaxConnections,
+		MaxMessageBytes:  cfg.Server.MaxHeaderBytes,
+		HandshakeTimeout: cfg.Server.ReadHeaderTimeout,
+		IdleTimeout:      cfg.Server.IdleTimeout,
+		Rejected:         func(reason string) { g.rejected("envoy_rls", reason) },
+		Logger:           g.log,
 	})
-	go func() { errc <- g.rls.Serve(g.rlsLn) }()
+	go func() { errc <- g.rls.Serve(g.perAddress(g.rlsLn, cfg, "envoy_rls")) }()
 }
 
 // Addrs returns the addresses the traffic and admin listeners are bound to.

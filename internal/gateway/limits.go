@@ -286,7 +286,8 @@ func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
 }
 
 // perAddress bounds the open connections of each client address on a
-// listener to server.max_connections_per_ip (see connlimit).
+// listener to server.max_connections_per_ip (see connlimit): the traffic,
+// decision, admin and envoy_rls listeners alike.
 func (g *Gateway) perAddress(ln net.Listener, cfg *config.Config, listener string) net.Listener {
 	return connlimit.New(ln, cfg.Server.MaxConnectionsPerIP, cfg.IPv6Prefix, func() { g.rejected(listener, "connections_per_ip") })
 }
