@@ -53,8 +53,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if l.acquire(a) {
 			return &conn{Conn: c, l: l, addr: a}, nil
 		}
+		l.refused() // counted before the client can see the close
 		_ = c.Close()
-		l.refused()
 	}
 }
 
