@@ -78,6 +78,11 @@ func TestBadFiles(t *testing.T) {
 	}
 	write("short.secret", "too short\n")
 	write("keys.txt", "# comment\nnot-a-digest\n")
+	// The same key twice, spelt in another case the second time (hex
+	// digits are one digest either way), with another identity and plan.
+	const digest = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+	write("dupkeys.txt", digest+" alice free\n\n# comment\n"+strings.Repeat("ab", 32)+" bob\n"+strings.ToUpper(digest)+" mallory pro\n")
+	write("longkeys.txt", strings.Repeat("a", 70<<10)+"\n")
 	write("private.pem", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
 
 	const pol = "policies:\n  - name: api\n    match: \"GET /api/\"\n"
@@ -122,6 +127,8 @@ func TestBadFiles(t *testing.T) {
 		{"bad ipv6 prefix", "ipv6_prefix: 200\n", []string{"bad.yaml:1: ipv6_prefix: 200"}},
 		{"unreadable keys file", "identity:\n  api_keys_file: /nonexistent/keys.txt\n", []string{"bad.yaml:2: identity.api_keys_file: cannot read", "no such file"}},
 		{"bad key digest", "identity:\n  api_keys_file: keys.txt\n", []string{"bad.yaml:2: identity.api_keys_file:", "keys.txt:2: want a SHA-256 hex digest"}},
+		{"duplicate key", "identity:\n  api_keys_file: dupkeys.txt\n", []string{"bad.yaml:2: identity.api_keys_file:", "dupkeys.txt:5: the same key (SHA-256 digest) as line 1"}},
+		{"key line too long", "identity:\n  api_keys_file: longkeys.txt\n", []string{"bad.yaml:2: identity.api_keys_file:", "longkeys.txt: bufio.Scanner: token too long"}},
 		{"unreadable secret", "identity:\n  jwt: {hs256_secret_file: missing.secret}\n", []string{"bad.yaml:2: identity.jwt.hs256_secret_file: cannot read"}},
 		{"short secret", "identity:\n  jwt:\n    hs256_secret_file: short.secret\n", []string{"bad.yaml:3: identity.jwt.hs256_secret_file:", "want at least 32"}},
 		{"private key as public", "identity:\n  jwt:\n    public_key_file: private.pem\n", []string{"bad.yaml:3: identity.jwt.public_key_file:", "never a private key"}},

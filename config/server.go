@@ -39,6 +39,17 @@ type Server struct {
 	// take the descriptors the gateway needs for its upstream and Redis;
 	// beyond it a new connection gets 503 and is closed. Default 10000.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the open connections of one client
+	// address (an IPv6 address by its ipv6_prefix) on each listener, so
+	// that one client cannot take all of max_connections and lock the
+	// others out; beyond it a new connection is closed at once. Default
+	// 256: a browser opens at most 6 connections to a host, so it is an
+	// office of some 40 browsers behind one NAT, while 40 addresses are
+	// needed to fill the default max_connections. Behind a proxy every
+	// client has the proxy's address: size it to the proxy's connections
+	// (docs/http.md). With max_connections below 1024 the default is a
+	// quarter of it.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
 	// MaxDelayLimit is the most a policy's max_delay may be; default 10s.
 	MaxDelayLimit time.Duration `yaml:"max_delay_limit"`
 	// ShutdownDelay is how long the listeners keep serving after SIGTERM,
@@ -53,16 +64,17 @@ type Server struct {
 
 // Defaults of the server section.
 const (
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultMaxHeaderBytes    = 64 << 10
-	DefaultMaxBodyBytes      = 10 << 20
-	DefaultMaxInFlight       = 10_000
-	DefaultMaxConnections    = 10_000
-	DefaultMaxDelayLimit     = 10 * time.Second
-	DefaultShutdownDelay     = 5 * time.Second
-	DefaultShutdownTimeout   = 15 * time.Second
+	DefaultReadHeaderTimeout   = 10 * time.Second
+	DefaultReadTimeout         = 30 * time.Second
+	DefaultIdleTimeout         = 2 * time.Minute
+	DefaultMaxHeaderBytes      = 64 << 10
+	DefaultMaxBodyBytes        = 10 << 20
+	DefaultMaxInFlight         = 10_000
+	DefaultMaxConnections      = 10_000
+	DefaultMaxConnectionsPerIP = 256
+	DefaultMaxDelayLimit       = 10 * time.Second
+	DefaultShutdownDelay       = 5 * time.Second
+	DefaultShutdownTimeout     = 15 * time.Second
 )
 
 // maxShutdown bounds shutdown_delay and shutdown_timeout: a process that
@@ -106,6 +118,9 @@ func (s *Server) defaults() {
 	if s.MaxConnections == 0 {
 		s.MaxConnections = DefaultMaxConnections
 	}
+	if s.MaxConnectionsPerIP == 0 {
+		s.MaxConnectionsPerIP = min(DefaultMaxConnectionsPerIP, max(1, s.MaxConnections/4))
+	}
 }
 
 func (v *validator) server() {
@@ -144,6 +159,12 @@ func (v *validator) server() {
 	}
 	if s.MaxConnections < 1 {
 		v.fail("server.max_connections", "%d: want the most open connections of a listener, such as 10000", s.MaxConnections)
+	}
+	switch {
+	case s.MaxConnectionsPerIP < 1:
+		v.fail("server.max_connections_per_ip", "%d: want the most open connections of one client address on a listener, such as 256", s.MaxConnectionsPerIP)
+	case s.MaxConnections >= 1 && s.MaxConnectionsPerIP > s.MaxConnections:
+		v.fail("server.max_connections_per_ip", "%d is above server.max_connections %d, so it would never apply; want at most %d", s.MaxConnectionsPerIP, s.MaxConnections, s.MaxConnections)
 	}
 	if s.MaxDelayLimit > 0 && s.ReadTimeout > 0 && s.ReadTimeout <= s.MaxDelayLimit {
 		v.fail("server.read_timeout", "%v is not above server.max_delay_limit %v: a paced request held that long would have no time left to send its body; raise read_timeout or lower max_delay_limit", s.ReadTimeout, s.MaxDelayLimit)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ func TestServerAndDecisionAPIDefaults(t *testing.T) {
 	s := c.Server
 	if s.ReadHeaderTimeout != 10*time.Second || s.ReadTimeout != 30*time.Second || s.WriteTimeout != 0 ||
 		s.IdleTimeout != 2*time.Minute || s.MaxHeaderBytes != 64<<10 || s.BodyLimit() != 10<<20 ||
-		s.MaxInFlight != 10000 || s.MaxConnections != 10000 || s.MaxDelayLimit != 10*time.Second {
+		s.MaxInFlight != 10000 || s.MaxConnections != 10000 || s.MaxConnectionsPerIP != 256 || s.MaxDelayLimit != 10*time.Second {
 		t.Fatalf("server defaults: %+v (body %d)", s, s.BodyLimit())
 	}
 	c, err = Parse("set.yaml", ".", []byte("decision_api: {listen: \"off\"}\nserver: {max_body_bytes: 0, read_timeout: 1m, max_delay_limit: 30s, write_timeout: 2m, max_in_flight: 5}\n"))
@@ -32,6 +33,17 @@ func TestServerAndDecisionAPIDefaults(t *testing.T) {
 	}
 	if c.DecisionAPI.Enabled() || c.Server.BodyLimit() != 0 || c.Server.ReadTimeout != time.Minute || c.Server.MaxInFlight != 5 {
 		t.Fatalf("set: %+v %+v", c.DecisionAPI, c.Server)
+	}
+	// A small max_connections keeps a default per address that leaves
+	// room for others: a quarter of it, at least 1.
+	for conns, perIP := range map[int]int{1: 1, 7: 1, 100: 25, 1023: 255, 1024: 256, 50000: 256} {
+		c, err := Parse("set.yaml", ".", []byte(fmt.Sprintf("server: {max_connections: %d}\n", conns)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Server.MaxConnectionsPerIP != perIP {
+			t.Errorf("max_connections %d: max_connections_per_ip %d, want %d", conns, c.Server.MaxConnectionsPerIP, perIP)
+		}
 	}
 }
 
@@ -81,6 +93,9 @@ func TestServerBounds(t *testing.T) {
 		{"server:\n  max_body_bytes: -1\n", "bad.yaml:2: server.max_body_bytes: -1"},
 		{"server:\n  max_in_flight: -3\n", "bad.yaml:2: server.max_in_flight: -3"},
 		{"server:\n  max_connections: -1\n", "bad.yaml:2: server.max_connections: -1"},
+		{"server:\n  max_connections_per_ip: -1\n", "bad.yaml:2: server.max_connections_per_ip: -1: want the most open connections of one client address"},
+		{"server:\n  max_connections: 100\n  max_connections_per_ip: 101\n", "bad.yaml:3: server.max_connections_per_ip: 101 is above server.max_connections 100, so it would never apply; want at most 100"},
+		{"server:\n  max_connections_per_ip: many\n", "bad.yaml:2: server.max_connections_per_ip: \"many\": want an integer"},
 		{"server:\n  read_timeout: 5s\n", "bad.yaml:2: server.read_timeout: 5s is not above server.max_delay_limit 10s"},
 		{"server:\n  write_timeout: 10s\n", "bad.yaml:2: server.write_timeout: 10s is not above server.max_delay_limit 10s"},
 		{paced, "bad.yaml:5: policies[0].max_delay: 20s is above server.max_delay_limit 10s"},

@@ -283,6 +283,7 @@ func (v *validator) apiKeys(field, path string) {
 		return
 	}
 	keys := make(map[[32]byte]httplimit.Caller)
+	lines := make(map[[32]byte]int) // the line of each digest, to name both of a duplicate
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -305,7 +306,17 @@ func (v *validator) apiKeys(field, path string) {
 				continue
 			}
 		}
+		// A key listed twice would silently take the identity and plan
+		// of its last line: which one the operator meant is theirs to say.
+		if first, ok := lines[[32]byte(digest)]; ok {
+			v.fail(field, "%s:%d: the same key (SHA-256 digest) as line %d; list each key once, with the identity and plan it stands for", path, n, first)
+			continue
+		}
+		lines[[32]byte(digest)] = n
 		keys[[32]byte(digest)] = caller
+	}
+	if err := sc.Err(); err != nil {
+		v.fail(field, "%s: %v; want one key a line", path, err)
 	}
 	v.c.keys.apiKeys = keys
 }

@@ -529,8 +529,22 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if byPolicy != nil {
 		next = byPolicy.ForPolicy(p.Name)
 	}
+	// A trusted proxy's forwarding header that names no client is refused
+	// like a missing one at forward auth: keyed by the proxy's own
+	// address, it would drain the bucket of every client behind it.
+	var addr netip.Addr
+	if len(l.proxies) > 0 {
+		var err error
+		if addr, err = forwardedClient(r, l.proxies, l.forwarded); err != nil {
+			writeJSONError(w, http.StatusBadRequest, "invalid_request", err.Error(), 0)
+			return
+		}
+	}
 	caller, authenticated := l.identify(r)
 	s := subject{caller: caller, authenticated: authenticated, r: r, path: path, cost: p.Cost, holds: true, rec: rec}
+	if len(l.proxies) > 0 {
+		s.addr, s.hasAddr = l.group(addr), true
+	}
 	var v verdict
 	if l.tracer != nil {
 		v = l.decideTraced(r.Context(), p, &s)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -107,11 +108,14 @@ func (l *Limiter) group(a netip.Addr) netip.Addr {
 // connection's address unless that is in trusted; then it is the rightmost
 // address in the header from names (X-Forwarded-For or Forwarded) that is
 // not in trusted: the last hop that a trusted proxy saw. Anything to the
-// left of it was written by the client and is never believed. When every
-// hop is trusted, the leftmost is the client; when the hop to believe is
-// not an address ("unknown", a garbled entry), the nearest trusted hop is
-// used. IPv4-mapped IPv6 addresses are unmapped; zones are dropped. An
-// unparseable RemoteAddr gives the zero Addr.
+// left of it was written by the client and is never believed. Empty
+// elements of the list are skipped. When the header names no such client
+// (every hop is trusted, or the hop to believe is not an address:
+// "unknown", a garbled entry) ClientIP returns the nearest trusted hop, but
+// the Limiter refuses the request (400) rather than charge that hop's
+// bucket, which every client behind the proxy shares. IPv4-mapped IPv6
+// addresses are unmapped; zones are dropped. An unparseable RemoteAddr
+// gives the zero Addr.
 func ClientIP(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) netip.Addr {
 	return clientIP(r, trusted, from)
 }
@@ -141,42 +145,68 @@ func checkForwarded(opts Options) error {
 }
 
 func clientIP(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) netip.Addr {
-	peer := parseHost(r.RemoteAddr)
-	if !peer.IsValid() || !inAny(peer, trusted) {
-		return peer
-	}
-	if v := r.Header["X-Forwarded-For"]; len(v) > 0 && from != FromForwarded {
-		return walkHops(peer, trusted, v, nextXFF)
-	}
-	if v := r.Header["Forwarded"]; len(v) > 0 && from != FromXForwardedFor {
-		return walkHops(peer, trusted, v, nextForwarded)
-	}
-	return peer
+	a, _ := forwardedClient(r, trusted, from)
+	return a
 }
 
-// walkHops walks the hops of the header values from the right.
-func walkHops(peer netip.Addr, trusted []netip.Prefix, values []string, next func(string) (string, string)) netip.Addr {
+// forwardedClient is clientIP, and an error when the peer is trusted and
+// sent the forwarding header, but the header names no client: charging the
+// nearest trusted hop instead would let one client drain the bucket of
+// every client behind that proxy.
+func forwardedClient(r *http.Request, trusted []netip.Prefix, from ForwardedFrom) (netip.Addr, error) {
+	peer := parseHost(r.RemoteAddr)
+	if !peer.IsValid() || !inAny(peer, trusted) {
+		return peer, nil
+	}
+	name, next := "X-Forwarded-For", nextXFF
+	v := r.Header[name]
+	if len(v) == 0 || from == FromForwarded {
+		name, next = "Forwarded", nextForwarded
+		if v = r.Header[name]; from == FromXForwardedFor {
+			v = nil
+		}
+	}
+	if len(v) == 0 {
+		return peer, nil
+	}
+	a, bad, ok := walkHops(peer, trusted, v, next)
+	switch {
+	case ok:
+		return a, nil
+	case bad != "":
+		if len(bad) > 64 {
+			bad = bad[:64] + "..."
+		}
+		return a, fmt.Errorf("the %s a trusted proxy sent names no client: %q is not an address; want the client's address as its last entry that is not in trusted_proxies", name, bad)
+	}
+	return a, fmt.Errorf("the %s a trusted proxy sent names no client: every entry in it is in trusted_proxies (or it is empty); want the client's address as its last entry that is not in trusted_proxies", name)
+}
+
+// walkHops walks the hops of the header values from the right to the
+// first one not in trusted, and returns it with ok. Without one it returns
+// the nearest trusted hop (peer when there is none) and, when the walk
+// stopped at a hop that is not an address, that hop.
+func walkHops(peer netip.Addr, trusted []netip.Prefix, values []string, next func(string) (string, string)) (a netip.Addr, bad string, ok bool) {
 	last := peer
 	for i := len(values) - 1; i >= 0; i-- {
 		rest := values[i]
 		for rest != "" {
 			var hop string
 			rest, hop = next(rest)
-			hop = strings.TrimSpace(hop)
-			if hop == "" && rest == "" {
-				break
+			if hop = strings.TrimSpace(hop); hop == "" {
+				continue // an empty list element (RFC 9110 5.6.1: ignored)
 			}
 			a := parseHost(hop)
 			if !a.IsValid() {
-				return last
+				return last, hop, false
 			}
 			if !inAny(a, trusted) {
-				return a
+				return a, "", true
 			}
 			last = a
 		}
 	}
-	return last
+	return last, "", false
 }
 
 // nextXFF splits the rightmost entry off a X-Forwarded-For value.
@@ -194,6 +224,9 @@ func nextForwarded(v string) (rest, hop string) {
 	elem := v
 	if i := lastUnquoted(v, ','); i >= 0 {
 		rest, elem = v[:i], v[i+1:]
+	}
+	if strings.TrimSpace(elem) == "" {
+		return rest, "" // an empty list element
 	}
 	for elem != "" {
 		var pair string

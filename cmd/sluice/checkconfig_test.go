@@ -72,3 +72,23 @@ func TestServeAllowlist(t *testing.T) {
 		<-s.exited
 	}
 }
+
+// TestCheckConfigDuplicateKey: an API key listed twice in api_keys_file is
+// an error naming both lines, not a silent last-line-wins.
+func TestCheckConfigDuplicateKey(t *testing.T) {
+	dir := t.TempDir()
+	const digest = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+	keys := filepath.Join(dir, "keys.txt")
+	if err := os.WriteFile(keys, []byte(digest+" alice\n"+digest+" mallory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte("identity:\n  api_keys_file: keys.txt\npolicies:\n  - {name: a, match: /, anonymous: [{rate: 1/s, burst: 1}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runBinary(t, "check-config", path)
+	want := path + ":2: identity.api_keys_file: " + keys + ":2: the same key (SHA-256 digest) as line 1"
+	if code != 2 || out != "" || !strings.Contains(errOut, want) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errOut, want)
+	}
+}

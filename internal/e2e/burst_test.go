@@ -81,7 +81,9 @@ func sum(m map[string]float64, prefix string) float64 {
 func TestBurstOfConnections(t *testing.T) {
 	raiseFileLimit(t, 4096)
 	srv := redistest.Start(t)
-	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}", srv.URL())
+	// Every connection comes from 127.0.0.1: max_connections_per_ip is
+	// raised to let the whole burst in.
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}\nserver: {max_connections_per_ip: 10000}", srv.URL())
 	policies := `policies:
   - {name: paced, match: "GET /paced/", anonymous: [{rate: 10/s, burst: 1}], max_delay: 2s}
   - {name: plain, match: "GET /plain/", anonymous: [{rate: 100/s, burst: 200}]}`

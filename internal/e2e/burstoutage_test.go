@@ -22,7 +22,9 @@ func TestRedisKilledUnderBurst(t *testing.T) {
 		burst, rate = 200.0, 100.0
 	)
 	srv := redistest.Start(t)
-	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}", srv.URL())
+	// Every connection comes from 127.0.0.1: max_connections_per_ip is
+	// raised to let the whole burst in.
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}\nserver: {max_connections_per_ip: 10000}", srv.URL())
 	policies := `policies:
   - {name: plain, match: "GET /plain/", anonymous: [{rate: 100/s, burst: 200}]}`
 	gw := startPlainGateway(t, upstream(t), store, policies)

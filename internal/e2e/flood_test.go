@@ -45,7 +45,9 @@ func check(c *http.Client, g *gateway, policy, key string) (int, bool) {
 func TestKeyFlood(t *testing.T) {
 	raiseFileLimit(t, 4096)
 	srv := redistest.Start(t)
-	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}", srv.URL())
+	// Every connection comes from 127.0.0.1, 201 an attempt:
+	// max_connections_per_ip is raised to let them all in.
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q}\nserver: {max_connections_per_ip: 10000}", srv.URL())
 	policies := `policies:
   - {name: flood, match: "GET /flood/", anonymous: [{rate: 1/s, burst: 1}]}
   - {name: victim, match: "GET /victim/", anonymous: [{rate: 10/s, burst: 5}]}`
@@ -102,6 +104,7 @@ func TestKeyFlood(t *testing.T) {
 		})
 		wg.Wait()
 		cancel()
+		c.CloseIdleConnections() // the next attempt opens its own
 		elapsed := time.Since(start)
 		silence := stop()
 		after := metrics(t, gw)

@@ -1,13 +1,24 @@
 package envoyrls_test
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -94,4 +105,66 @@ func TestReloadReadsDescriptorsAgain(t *testing.T) {
 		t.Fatal("an invalid descriptor file reloaded")
 	}
 	expect(t, "kept", s.one(t, "r", desc("k", "a")), ok, 3-carried)
+}
+
+// TestOneAddressCannotTakeTheGRPCListener: an address that opens as many
+// idle connections to the gRPC listener as it can holds
+// max_connections_per_ip of them, the rest closed at once and counted;
+// another address's calls are still answered, where they would fail once
+// the first held all of max_connections.
+func TestOneAddressCannotTakeTheGRPCListener(t *testing.T) {
+	const perIP, tries = 4, 12
+	s := serve(t, "server: {max_connections: 8, max_connections_per_ip: 4, read_header_timeout: 1m, read_timeout: 2m}\n", map[string]string{"fail.yaml": failDomain})
+	from := func(src string) *net.Dialer {
+		return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	}
+	addr := s.g.RLSAddr().String()
+	var idle []net.Conn
+	for range tries {
+		c, err := from("127.0.0.1").Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	for i, c := range idle[perIP:] { // accepted in the order opened
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection %d of 127.0.0.1, past its %d: read %d bytes, %v; want it closed at once", perIP+i+1, perIP, n, err)
+		}
+	}
+	check := func(src string) error {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return from(src).DialContext(ctx, "tcp", a) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "fail", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("open", "x")}})
+		return err
+	}
+	if err := check("127.0.0.2"); err != nil {
+		t.Fatalf("127.0.0.2 while 127.0.0.1 holds its connections: %v; want an answer", err)
+	}
+	if err := check("127.0.0.1"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("127.0.0.1 past its bound: %v; want UNAVAILABLE", err)
+	}
+	_, admin := s.g.Addrs()
+	resp, err := http.Get("http://" + admin.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	// At least those closed above; the refused client may have tried
+	// again since.
+	const series = `sluice_server_rejections_total{listener="envoy_rls",reason="connections_per_ip"} `
+	_, v, _ := strings.Cut(string(metrics), series)
+	v, _, _ = strings.Cut(v, "\n")
+	if n, err := strconv.Atoi(v); err != nil || n < tries-perIP {
+		t.Fatalf("%s%q, want at least %d", series, v, tries-perIP)
+	}
 }

@@ -87,6 +87,8 @@ type Gateway struct {
 
 	accessLog *accessLog // nil: none (accesslog.go)
 
+	untrusted *forwardedWarner // forwarding headers while trusted_proxies is empty (untrusted.go)
+
 	// Runtime overrides and the admin API (admin.go, admin_store.go).
 	redisClient   redis.UniversalClient // nil with the memory store
 	overrides     *httplimit.Overrides
@@ -135,6 +137,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 		g.tracer = g.tracing.tracer
 		log.Info("sluice: tracing on: spans go over OTLP as the OTEL_* variables say")
 	}
+	g.untrusted = newForwardedWarner(g.reg, log)
 	g.initLimits(cfg)
 	if err := g.openStore(cfg); err != nil {
 		_ = g.tracing.shutdown(context.Background())
@@ -338,6 +341,9 @@ func (g *Gateway) serveTrafficListener(w http.ResponseWriter, r *http.Request) {
 	}
 	defer g.trafficFlight.release()
 	st := g.state.Load()
+	if len(st.trusted) == 0 {
+		g.untrusted.note(r)
+	}
 	if r.URL.Path == "/v1/check" && st.cfg.DecisionAPI.OnTrafficListener {
 		g.serveCheck(w, r, st)
 		return
@@ -520,7 +526,7 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		TLS:              g.TLS(config.ListenerEnvoyRLS),
 	})
 	g.setRLS(rls)
-	go func() { errc <- rls.Serve(g.rlsLn) }()
+	go func() { errc <- rls.Serve(g.perAddress(g.rlsLn, cfg, "envoy_rls")) }()
 }
 
 // Addrs returns the addresses the traffic and admin listeners are bound to.
@@ -562,13 +568,15 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	}
 	errc := make(chan error, 4)
 	go func() {
-		errc <- g.traffic.Serve(g.tlsListener(config.ListenerTraffic, g.limitListener(g.trafficLn, cfg.Server.MaxConnections, "traffic")))
+		errc <- g.traffic.Serve(g.tlsListener(config.ListenerTraffic, g.limitListener(g.perAddress(g.trafficLn, cfg, "traffic"), cfg.Server.MaxConnections, "traffic")))
 	}()
-	go func() { errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.adminLn)) }()
+	go func() {
+		errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.perAddress(g.adminLn, cfg, "admin")))
+	}()
 	if g.decisionLn != nil {
 		g.decision = newServer(g.Decision(), cfg.Server, g.log)
 		go func() {
-			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.decisionLn, cfg.Server.MaxConnections, "decision")))
+			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.perAddress(g.decisionLn, cfg, "decision"), cfg.Server.MaxConnections, "decision")))
 		}()
 	}
 	if g.rlsLn != nil {

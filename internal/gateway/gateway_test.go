@@ -39,11 +39,13 @@ func newGatewayB(t testing.TB, yaml string) (*Gateway, *httptest.Server, *httpte
 	return g, traffic, admin
 }
 
+// status sends GET url with the headers given as name, value pairs (a name
+// given twice is sent twice) and returns the status and body.
 func status(t *testing.T, url string, header ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -290,6 +292,33 @@ func TestReloadKeepsBuckets(t *testing.T) {
 	}
 	if g.Config().Policies[0].Anonymous[0].Burst != 5 {
 		t.Fatal("the running configuration was replaced by a broken one")
+	}
+}
+
+// TestReloadRefusesDuplicateKey: a reload whose api_keys_file lists a key
+// twice is refused, naming both lines, and the running keys stay: the key's
+// caller keeps its identity and its authenticated limit.
+func TestReloadRefusesDuplicateKey(t *testing.T) {
+	dir := t.TempDir()
+	keys := dir + "/keys.txt"
+	const digest = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
+	if err := os.WriteFile(keys, []byte(digest+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, dir, "identity: {api_keys_file: keys.txt}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: 1}], authenticated: [{rate: 1/h, burst: 3}]}\n")
+	if err := os.WriteFile(keys, []byte(digest+" alice\n# the same key again, for someone else\n"+digest+" mallory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := s.g.Reload()
+	if err == nil || !strings.Contains(err.Error(), keys+":3: the same key (SHA-256 digest) as line 1") {
+		t.Fatalf("reload: %v; want the duplicate named by both lines", err)
+	}
+	// The running keys are alice's: the key still buys the burst of 3.
+	for i := range 4 {
+		want := map[bool]int{true: 404, false: 429}[i < 3]
+		if code, _ := status(t, s.traffic+"/x", "X-Api-Key", "foo"); code != want {
+			t.Fatalf("request %d with the key after the refused reload: %d, want %d", i+1, code, want)
+		}
 	}
 }
 

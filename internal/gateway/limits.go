@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/connlimit"
 )
 
 // The gateway's protection of its own: whatever a client does,
@@ -86,7 +87,7 @@ func (g *Gateway) initLimits(cfg *config.Config) {
 	g.decisionFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "decision", g: g}
 	g.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_rejections_total",
-		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision, admin, envoy_rls) and reason (connections, in_flight, body_too_large, read_timeout, unauthorized).",
+		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision, admin, envoy_rls) and reason (connections, connections_per_ip, in_flight, body_too_large, read_timeout, unauthorized).",
 	}, []string{"listener", "reason"})
 	g.reg.MustRegister(g.rejections)
 }
@@ -285,6 +286,13 @@ func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
 	if o != n {
 		log.Warn("sluice: the server section changed; its timeouts and bounds apply at the next restart", "file", path)
 	}
+}
+
+// perAddress bounds the open connections of each client address on a
+// listener to server.max_connections_per_ip (see connlimit): the traffic,
+// decision, admin and envoy_rls listeners alike.
+func (g *Gateway) perAddress(ln net.Listener, cfg *config.Config, listener string) net.Listener {
+	return connlimit.New(ln, cfg.Server.MaxConnectionsPerIP, cfg.IPv6Prefix, func() { g.rejected(listener, "connections_per_ip") })
 }
 
 // limitListener bounds the open connections of a listener. A connection

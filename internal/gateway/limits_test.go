@@ -95,7 +95,7 @@ func dripBody(addr, head string, interval, cutoff time.Duration) slowBody {
 // where without it they would stay open as long as they keep sending; and
 // the gateway's goroutines return to their baseline.
 func TestSlowBodiesAreCut(t *testing.T) {
-	const conns = 1000
+	const conns = 1000 // all from 127.0.0.1: max_connections_per_ip is raised to match
 	raiseFileLimit(t, 5*conns)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -103,7 +103,7 @@ func TestSlowBodiesAreCut(t *testing.T) {
 	}))
 	defer upstream.Close()
 	const readTimeout = 2 * time.Second
-	s := serve(t, "", fmt.Sprintf("upstream: %s\nserver: {read_timeout: %v, max_delay_limit: 1s}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 100000}]}\n", upstream.URL, readTimeout))
+	s := serve(t, "", fmt.Sprintf("upstream: %s\nserver: {read_timeout: %v, max_delay_limit: 1s, max_connections_per_ip: %d}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 100000}]}\n", upstream.URL, readTimeout, conns))
 	// Warm up both paths, then measure the baseline with no connection open.
 	post(t, s.decision+"/v1/check", `{"policy":"api","key":"k"}`, "Content-Type", jsonType)
 	post(t, s.traffic+"/upload", "x")
@@ -375,14 +375,11 @@ func TestConnectionBound(t *testing.T) {
 	s := serve(t, "", fmt.Sprintf("server: {max_connections: %d}\npolicies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", bound))
 	for _, base := range []string{s.traffic, s.decision} {
 		addr := strings.TrimPrefix(base, "http://")
+		// Each idle connection from an address of its own, within
+		// max_connections_per_ip (TestOneAddressCannotLockOthersOut).
 		var idle []net.Conn
-		for range bound {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			idle = append(idle, c)
+		for i := range bound {
+			idle = append(idle, dialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i), addr))
 		}
 		// Accepting is asynchronous: retry the measurement until the
 		// gateway has taken the idle connections.

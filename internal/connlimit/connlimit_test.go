@@ -1,0 +1,152 @@
+package connlimit
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// dialFrom opens a TCP connection to addr from the source address src
+// (any 127.0.0.0/8 address is this machine's on Linux).
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedByPeer reports whether the server closed c: a read ends with EOF
+// or a reset, not with a generous deadline. The server writes nothing.
+func closedByPeer(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	if n != 0 {
+		t.Fatalf("read %d bytes; the server writes nothing", n)
+	}
+	return !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// echo serves each accepted connection by echoing it, so that a client can
+// tell an admitted connection (its byte comes back) from a closed one.
+func echo(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() { _, _ = io.Copy(c, c); c.Close() }()
+	}
+}
+
+func echoes(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write([]byte{'x'}); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	_, err := io.ReadFull(c, b)
+	return err == nil && b[0] == 'x'
+}
+
+// TestOneAddressCannotTakeEveryConnection: an address that holds its max
+// connections gets each further one closed at once, reopen as it may,
+// while another address is served; a closed connection frees its slot,
+// and an address without connections costs no memory.
+func TestOneAddressCannotTakeEveryConnection(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	ln := New(raw, 3, 64, func() { refused.Add(1) })
+	defer ln.Close()
+	go echo(ln)
+	addr := raw.Addr().String()
+
+	var held []net.Conn
+	for range 3 {
+		c := dialFrom(t, "127.0.0.1", addr)
+		if !echoes(t, c) {
+			t.Fatal("a connection within the bound was not served")
+		}
+		held = append(held, c)
+	}
+	for i := range 5 { // reopening does not help
+		if c := dialFrom(t, "127.0.0.1", addr); !closedByPeer(t, c) {
+			t.Fatalf("connection %d past the bound of 3 was left open", 4+i)
+		}
+	}
+	if got := refused.Load(); got != 5 {
+		t.Fatalf("refused counted %d, want 5", got)
+	}
+	other := dialFrom(t, "127.0.0.2", addr)
+	if !echoes(t, other) {
+		t.Fatal("another address was not served while the first held its bound")
+	}
+	if got := ln.Open(netip.MustParseAddr("127.0.0.1")); got != 3 {
+		t.Fatalf("open from 127.0.0.1: %d, want 3", got)
+	}
+
+	held[0].Close()
+	// The server sees the close when its echo ends; poll for the slot.
+	deadline := time.Now().Add(30 * time.Second)
+	for ln.Open(netip.MustParseAddr("127.0.0.1")) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection did not give its slot back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := dialFrom(t, "127.0.0.1", addr); !echoes(t, c) {
+		t.Fatal("a freed slot was not given to a new connection")
+	}
+
+	for _, c := range held[1:] {
+		c.Close()
+	}
+	other.Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for ln.Addresses() != 1 { // only the connection just opened
+		if time.Now().After(deadline) {
+			t.Fatalf("%d addresses kept after their connections closed, want 1", ln.Addresses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClientAddress: IPv6 addresses count by their prefix, IPv4-mapped
+// ones as IPv4, zones are dropped, and what has no IP is not counted.
+func TestClientAddress(t *testing.T) {
+	l := New(nil, 1, 64, nil)
+	for _, tc := range []struct {
+		remote net.Addr
+		want   string // "" for not counted
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 1}, "192.0.2.7"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.7"), Port: 1}, "192.0.2.7"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 1}, "2001:db8:1:2::"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:ffff::1"), Port: 1}, "2001:db8:1:2::"},
+		{&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 1, Zone: "eth0"}, "fe80::"},
+		{&net.UnixAddr{Name: "/run/sluice.sock", Net: "unix"}, ""},
+		{&net.TCPAddr{}, ""},
+		{nil, ""},
+	} {
+		a, ok := l.client(tc.remote)
+		if got := map[bool]string{true: a.String(), false: ""}[ok]; got != tc.want {
+			t.Errorf("%v: counted as %q, want %q", tc.remote, got, tc.want)
+		}
+	}
+	if a, _ := New(nil, 1, 128, nil).client(&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1}); a.String() != "2001:db8::1" {
+		t.Errorf("with a /128 prefix: %v", a)
+	}
+}
