@@ -89,7 +89,7 @@ func reportJSON(t *testing.T, path string, o Options, dropNotes bool) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+	rep.Inputs, rep.Files, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, nil, 0, 0, 0, Order{}
 	if dropNotes {
 		rep.Notes = nil
 	}
@@ -322,7 +322,7 @@ func TestOrderAcrossFilesAndGzip(t *testing.T) {
 		if rep.Lines != int64(len(lines)) || rep.Order.Late != 0 {
 			t.Errorf("%s: %d lines, order %+v", label, rep.Lines, rep.Order)
 		}
-		rep.Inputs, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, 0, 0, 0, Order{}
+		rep.Inputs, rep.Files, rep.MeasureSeconds, rep.MBPerSecond, rep.ReplaySeconds, rep.Order = nil, nil, 0, 0, 0, Order{}
 		rep.Bytes = st.Size() // the gzip file is smaller
 		var got bytes.Buffer
 		if err := writeJSON(&got, rep); err != nil {
