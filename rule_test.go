@@ -32,7 +32,7 @@ func TestParseRate(t *testing.T) {
 }
 
 func TestFormatRateReadsBack(t *testing.T) {
-	for in, want := range map[string]string{"10/s": "10/s", "600/m": "10/s", "1/m": "1/m", "10000/d": "10000/d", "0.5/s": "30/m", "0.3/s": "18/m", "1/7s": "1/7s", "62/m": "62/m", "125/m": "125/m", "20.46/m": "20.46/m", "3/7s": "3/7s", "1/86400s": "1/d", "0.001/s": "3.6/h"} {
+	for in, want := range map[string]string{"10/s": "10/s", "600/m": "10/s", "1/m": "1/m", "10000/d": "10000/d", "0.5/s": "30/m", "0.3/s": "18/m", "1/7s": "1/7s", "62/m": "62/m", "125/m": "125/m", "20.46/m": "20.46/m", "3/7s": "3/7s", "1/86400s": "1/d", "0.001/s": "3.6/h", "1/8784h": "1/8784h", "1/100000s": "1/100000s"} {
 		r, err := ParseRate(in)
 		if err != nil {
 			t.Fatal(err)
