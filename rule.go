@@ -158,14 +158,75 @@ func unitSeconds(unit string) (float64, error) {
 	return d.Seconds(), nil
 }
 
-// FormatRate writes a rate in tokens per second the way ParseRate reads
-// it, in the smallest unit that makes the count a whole number (10/s, 1/m,
-// 10000/d), or per second when none does (0.3/s).
+// FormatRate writes a rate in tokens per second the way a person writes
+// it and ParseRate reads it back:
+//
+//  1. a whole count in the smallest of s, m, h, d that makes it whole (10/s,
+//     62/m, 1/m, 10000/d), allowing for the last bits of floating point
+//     noise, so 62/m is 62/m and not 1.0333333333333334/s or 3720/h;
+//  2. else the shortest count with at most three decimals per s, m, h or
+//     d that reads back exactly (20.46/m);
+//  3. else a whole count per whole number of seconds, up to a day (1/7s),
+//     or one per whole number of hours or seconds beyond (1/8784h);
+//  4. else as 2, within floating point noise (a what-if's 62/m × 0.33);
+//  5. else the shortest decimal per second that reads back exactly.
+//
+// The text parses back to perSecond, or in steps 1 and 4 to the whole or
+// decimal rate perSecond was meant to be, within a relative 1e-9.
 func FormatRate(perSecond float64) string {
+	if !(perSecond > 0) || math.IsInf(perSecond, 0) {
+		return strconv.FormatFloat(perSecond, 'g', -1, 64) + "/s"
+	}
 	for _, u := range rateUnits {
-		if n := perSecond * u.seconds; n >= 1 && n < 1e15 && n == math.Trunc(n) {
+		if n, ok := nearWhole(perSecond*u.seconds, 1); ok && n >= 1 && n < 1e15 {
 			return strconv.FormatFloat(n, 'f', -1, 64) + "/" + u.name
 		}
 	}
+	if t := decimalRate(perSecond, true); t != "" {
+		return t
+	}
+	for d := 2.0; d <= 86400; d++ {
+		if n := math.Round(perSecond * d); n >= 1 && n < 1e15 && n/d == perSecond {
+			return strconv.FormatFloat(n, 'f', -1, 64) + "/" + strconv.FormatFloat(d, 'f', -1, 64) + "s"
+		}
+	}
+	// Slower than one a day: one per whole number of hours or seconds.
+	if d := math.Round(1 / perSecond); d > 86400 && d < 1e15 && 1/d == perSecond {
+		if math.Mod(d, 3600) == 0 {
+			return "1/" + strconv.FormatFloat(d/3600, 'f', -1, 64) + "h"
+		}
+		return "1/" + strconv.FormatFloat(d, 'f', -1, 64) + "s"
+	}
+	if t := decimalRate(perSecond, false); t != "" {
+		return t
+	}
 	return strconv.FormatFloat(perSecond, 'g', -1, 64) + "/s"
+}
+
+// decimalRate writes perSecond as the shortest count with at most three
+// decimals per s, m, h or d that reads back exactly, or with exact unset
+// within floating point noise; "" when there is none.
+func decimalRate(perSecond float64, exact bool) string {
+	best := ""
+	for _, scale := range []float64{10, 100, 1000} {
+		for _, u := range rateUnits {
+			n, ok := nearWhole(perSecond*u.seconds, scale)
+			if !ok || n < 1 || n >= 1e15 {
+				continue
+			}
+			count := strconv.FormatFloat(n/scale, 'f', -1, 64)
+			v, err := strconv.ParseFloat(count, 64)
+			if (!exact || (err == nil && v/u.seconds == perSecond)) && (best == "" || len(count)+len(u.name)+1 < len(best)) {
+				best = count + "/" + u.name
+			}
+		}
+	}
+	return best
+}
+
+// nearWhole rounds x × scale to a whole number and says whether x × scale
+// was that number but for floating point noise (a relative 1e-9).
+func nearWhole(x, scale float64) (float64, bool) {
+	n := math.Round(x * scale)
+	return n, math.Abs(x*scale-n) <= 1e-9*math.Abs(x*scale)
 }

@@ -106,10 +106,11 @@ func slicesSortWhatIf(w []WhatIf) {
 }
 
 var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"utc":   func(t interface{ Format(string) string }) string { return t.Format("2006-01-02 15:04:05 MST") },
-	"join":  strings.Join,
-	"pct":   func(a, b int64) string { return fmt.Sprintf("%.1f%%", pct(a, b)) },
-	"clipk": func(s string) string { return clip(s, 80) },
+	"utc":      func(t interface{ Format(string) string }) string { return t.Format("2006-01-02 15:04:05 MST") },
+	"join":     strings.Join,
+	"inWindow": func(f FileLines) int64 { return f.Parsed - f.OutsideWindow },
+	"pct":      func(a, b int64) string { return fmt.Sprintf("%.1f%%", pct(a, b)) },
+	"clipk":    func(s string) string { return clip(s, 80) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -135,8 +136,16 @@ svg { max-width: 100%; height: auto; display: block; margin: 8px 0; }
 <body>
 <h1>sluice advise report</h1>
 <div class="meta">
-<p>Read {{join .Rep.Inputs ", "}}: {{.Rep.Lines}} lines, {{.Rep.Malformed}} malformed{{if .Rep.Unmatched}}, {{.Rep.Unmatched}} matching no policy{{end}}.
+<p>Read {{join .Rep.Inputs ", "}}: {{.Rep.Lines}} lines, {{.Rep.Malformed}} malformed{{if .Rep.OutsideWindow}}, {{.Rep.OutsideWindow}} outside the window{{end}}{{if .Rep.Unmatched}}, {{.Rep.Unmatched}} matching no policy{{end}}.
 Window {{.Rep.Window}}: {{utc .Rep.WindowStart}} to {{utc .Rep.WindowEnd}}.
+</p>
+<table>
+<thead><tr><th>file</th><th class="n">lines read</th><th class="n">parsed</th><th class="n">malformed</th><th class="n">outside the window</th><th class="n">in the window</th><th class="n">late</th></tr></thead>
+<tbody>
+{{range .Rep.Files}}<tr><td><code>{{.File}}</code></td><td class="n">{{.Lines}}</td><td class="n">{{.Parsed}}</td><td class="n">{{.Malformed}}</td><td class="n">{{.OutsideWindow}}</td><td class="n">{{inWindow .}}</td><td class="n">{{.Late}}</td></tr>
+{{end}}</tbody>
+</table>
+<p>Lines read = parsed + malformed; parsed = outside the window (older than its start, in no class) + in the window; late lines are counted in the oldest second still open.
 Lines counted in time order within {{.Rep.Order.ReorderSeconds}} s (the input came up to {{.Rep.Order.MaxLagSeconds}} s out of order{{if .Rep.Order.Reread}}, read again in time order{{end}}; {{.Rep.Order.Late}} lines later than that).</p>
 <p>Per class (endpoint and caller kind), the proposal is rate = 2 × the p99 across keys of each key's busiest minute / 60 (never one of the busiest three keys'), and a burst from the bucket each key needs at that rate (the p99 of the keys), within 5–10 × rate or up to a minute of it, after setting apart the keys it would limit (mostly errors, already denied, or outliers). The replay runs the proposal on the log with its own timestamps on sluice's in-memory store; the what-ifs replay it with rate and burst scaled, in the same pass.</p>
 </div>

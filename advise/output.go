@@ -31,11 +31,17 @@ const tableWidth = 120
 func writeTable(w io.Writer, rep *Report) error {
 	var b bytes.Buffer
 	line := fmt.Sprintf("read %s: %d lines, %d malformed", humanBytes(rep.Bytes), rep.Lines, rep.Malformed)
+	if rep.OutsideWindow > 0 {
+		line += fmt.Sprintf(", %d outside the window", rep.OutsideWindow)
+	}
 	if rep.Unmatched > 0 {
 		line += fmt.Sprintf(", %d matching no policy", rep.Unmatched)
 	}
 	line += fmt.Sprintf("; %.1f s, %.0f MB/s", rep.MeasureSeconds, rep.MBPerSecond)
 	wrap(&b, line, "")
+	for _, f := range rep.Files {
+		wrap(&b, "  "+f.String(), "    ")
+	}
 	wrap(&b, fmt.Sprintf("window %s: %s to %s", rep.Window, rep.WindowStart.Format("2006-01-02 15:04:05"), rep.WindowEnd.Format("2006-01-02 15:04:05 MST")), "")
 	for _, bad := range rep.MalformedExamples {
 		wrap(&b, fmt.Sprintf("malformed %s:%d: %s: %q", bad.File, bad.Line, bad.Reason, clip(bad.Text, 60)), "  ")
@@ -223,10 +229,14 @@ func buildConfig(rep *Report, mode string) configFile {
 
 func writeConfig(w io.Writer, rep *Report, mode string) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines),\n", strings.Join(rep.Inputs, ", "), rep.Lines)
+	fmt.Fprintf(&b, "# Written by sluice advise from %s (%d lines, %d outside the window),\n", strings.Join(rep.Inputs, ", "), rep.Lines, rep.OutsideWindow)
 	fmt.Fprintf(&b, "# window %s to %s: per class, rate = 2 x p99 across keys of each key's busiest minute / 60\n# (never one of the three busiest keys'),\n",
 		rep.WindowStart.Format("2006-01-02T15:04:05Z"), rep.WindowEnd.Format("2006-01-02T15:04:05Z"))
 	b.WriteString("# burst = the p99 of the bucket each key needs at that rate, within 5-10 x rate or up to a minute of it\n# (see docs/advise.md). Review before enforcing; mode: shadow reports without rejecting.\n")
+	b.WriteString("# Lines read, per file:\n")
+	for _, f := range rep.Files {
+		fmt.Fprintf(&b, "#   %s\n", f.String())
+	}
 	for _, c := range rep.Classes {
 		if c.Replay != nil {
 			fmt.Fprintf(&b, "# %s %s: the replay rejects %.1f%% of the legitimate requests (callers not set apart)", c.Policy, c.Caller, c.Replay.LegitimateShare)

@@ -71,7 +71,8 @@ type reorder struct {
 	hi      int64     // the newest second seen
 	started bool
 	late    int64
-	keepKey bool // copy keys (the replay needs them)
+	lateBy  []int64 // late, by input file
+	keepKey bool    // copy keys (the replay needs them)
 	release func(s *slotBuf)
 }
 
@@ -97,6 +98,10 @@ func (ro *reorder) add(b *batch, r *rec, ep int32) {
 	}
 	if sec < ro.lo {
 		ro.late++
+		if b.file >= len(ro.lateBy) {
+			ro.lateBy = append(ro.lateBy, make([]int64, b.file+1-len(ro.lateBy))...)
+		}
+		ro.lateBy[b.file]++
 		sec, t = ro.lo, ro.lo*1e6
 	}
 	s := &ro.ring[sec&int64(len(ro.ring)-1)]

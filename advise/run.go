@@ -16,10 +16,14 @@ import (
 
 // Report is the outcome of a run, as --json writes it.
 type Report struct {
-	Inputs            []string        `json:"inputs"`
-	Bytes             int64           `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
-	Lines             int64           `json:"lines"`
-	Malformed         int64           `json:"malformed"`
+	Inputs    []string `json:"inputs"`
+	Bytes     int64    `json:"bytes"` // read from the inputs in the first pass (compressed size for gzip)
+	Lines     int64    `json:"lines"`
+	Malformed int64    `json:"malformed"`
+	// OutsideWindow are the requests parsed but older than the window's
+	// start, so in no class; Files accounts for every line, per input.
+	OutsideWindow     int64           `json:"outside_window"`
+	Files             []FileLines     `json:"files"`
 	MalformedExamples []MalformedLine `json:"malformed_examples,omitempty"`
 	Unmatched         int64           `json:"unmatched,omitempty"` // with --config: requests no policy matches
 	// Refused are the requests sluice's own access log says the gateway
@@ -34,6 +38,76 @@ type Report struct {
 	MeasureSeconds float64       `json:"measure_seconds"` // every measuring pass: the first, a re-read in time order, the routes
 	MBPerSecond    float64       `json:"mb_per_second"`   // of the first pass
 	ReplaySeconds  float64       `json:"replay_seconds,omitempty"`
+}
+
+// FileLines accounts for every line read from one input: Lines =
+// Parsed + Malformed, and Parsed = OutsideWindow + the requests in the
+// window. Late are the requests of the window that came too far out of
+// order to be counted in their own second (Order.Late, for this file).
+type FileLines struct {
+	File          string `json:"file"`
+	Lines         int64  `json:"lines"`
+	Parsed        int64  `json:"parsed"`
+	Malformed     int64  `json:"malformed"`
+	OutsideWindow int64  `json:"outside_window"`
+	Late          int64  `json:"late"`
+
+	hours map[int64]int64 // parsed requests by Unix hour
+}
+
+// count adds the lines of b, by hour, to the accounts of its file.
+func (f *FileLines) count(b *batch) {
+	f.Lines += b.lines
+	f.Malformed += b.malformed
+	f.Parsed += int64(len(b.recs))
+	if f.hours == nil {
+		f.hours = make(map[int64]int64)
+	}
+	h, n := int64(0), int64(0)
+	for i := range b.recs {
+		s := floorSec(b.recs[i].time)
+		hour := s / 3600
+		if s < 0 && s%3600 != 0 {
+			hour--
+		}
+		if hour != h && n > 0 {
+			f.hours[h] += n
+			n = 0
+		}
+		h = hour
+		n++
+	}
+	if n > 0 {
+		f.hours[h] += n
+	}
+}
+
+// String is the accounting of f on one line, as the table and the
+// configuration's comments write it.
+func (f FileLines) String() string {
+	return fmt.Sprintf("%s: %d lines: %d parsed (%d outside the window, %d in it, %d of them late), %d malformed",
+		f.File, f.Lines, f.Parsed, f.OutsideWindow, f.Parsed-f.OutsideWindow, f.Late, f.Malformed)
+}
+
+// settle counts the requests of each file before start (a whole hour;
+// 0 for no window) and the late ones, and their total in rep.
+func settle(rep *Report, start int64, late []int64) {
+	rep.OutsideWindow = 0
+	for i := range rep.Files {
+		f := &rep.Files[i]
+		f.OutsideWindow, f.Late = 0, 0
+		if start > 0 {
+			for h, n := range f.hours {
+				if h*3600 < start {
+					f.OutsideWindow += n
+				}
+			}
+		}
+		if i < len(late) {
+			f.Late = late[i]
+		}
+		rep.OutsideWindow += f.OutsideWindow
+	}
 }
 
 // ClassReport is the measurement, proposal and replay of one class.
@@ -135,6 +209,10 @@ func Run(o Options) (*Report, error) {
 		total += s.size
 	}
 	rep.Inputs = names
+	rep.Files = make([]FileLines, len(names))
+	for i, n := range names {
+		rep.Files[i].File = n
+	}
 
 	cls := &classes{max: o.MaxClasses}
 	var matcher *policyMatcher
@@ -197,6 +275,7 @@ func Run(o Options) (*Report, error) {
 			}
 		}
 		prog.lines.Add(b.lines)
+		rep.Files[b.file].count(b)
 		m.batch(b)
 		return nil
 	})
@@ -212,6 +291,7 @@ func Run(o Options) (*Report, error) {
 	}
 	m.ro.flush()
 	rep.Order = Order{ReorderSeconds: reorderWindow, Late: m.ro.late}
+	lateBy := m.ro.lateBy
 	replaySrcs := srcs
 	if m.seg != nil {
 		rep.Order.MaxLagSeconds = m.seg.maxLag
@@ -259,6 +339,7 @@ func Run(o Options) (*Report, error) {
 			}
 			m, replaySrcs, reorderWindow = m2, planned, w
 			rep.Order.Reread, rep.Order.ReorderSeconds, rep.Order.Late = true, w, m2.ro.late
+			lateBy = m2.ro.lateBy
 		}
 	}
 	if m.perKey && !m.fixed && m.minSec < m.windowStart() {
@@ -279,6 +360,10 @@ func Run(o Options) (*Report, error) {
 		return rep, fmt.Errorf("no request could be read from %s (%d lines, %d malformed)", strings.Join(names, ", "), rep.Lines, rep.Malformed)
 	}
 	start := m.windowStart()
+	settle(rep, start, lateBy)
+	if rep.OutsideWindow > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests were older than the %s window and are in no class (per file: --json's files); widen --window to count them", rep.OutsideWindow, rep.Window))
+	}
 	rep.WindowStart = time.Unix(max(start, m.minSec), 0).UTC()
 	rep.WindowEnd = time.Unix(m.maxSec+1, 0).UTC()
 	conflictNotes := len(rep.Notes)
