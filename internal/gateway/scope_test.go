@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stall"
 	"github.com/sluicehq/sluice/resilient"
 )
 
@@ -60,6 +61,7 @@ func TestBreakerPerClusterMaster(t *testing.T) {
 		}
 	}
 	masters[0].Kill()
+	watch := stall.Start()
 	var bySource [2][5]int
 	for range 200 {
 		for i, k := range keys {
@@ -81,8 +83,15 @@ func TestBreakerPerClusterMaster(t *testing.T) {
 	}
 	t.Logf("key on the killed master %s: by source %v; key on %s: %v; breakers open: %v",
 		masters[0].Addr(), bySource[0], masters[1].Addr(), bySource[1], open)
-	if bySource[1][resilient.FromStore] != 200 {
-		t.Errorf("the key on the live master was not always decided by Redis: %v", bySource[1])
+	stalled := watch.Stop()
+	if n := bySource[1][resilient.FromStore]; n != 200 {
+		// A machine that kept this process from running for a whole
+		// deadline can make a call to the live master miss it.
+		if stalled >= r.Timeout && n >= 190 {
+			t.Logf("the key on the live master: %d of 200 by Redis; the machine stalled this process %v, past the deadline", n, stalled)
+		} else {
+			t.Errorf("the key on the live master was not always decided by Redis: %v (longest stall %v)", bySource[1], stalled)
+		}
 	}
 	if bySource[0][resilient.FromLocal] < 190 || open != 1 || s.State() != resilient.StateOpen {
 		t.Errorf("the killed master's key: %v, %v breakers open, state %v; want its breaker open and the local bucket deciding", bySource[0], open, s.State())
