@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/demo"
 )
@@ -48,14 +47,7 @@ func TestServeAccessLogThroughAdvise(t *testing.T) {
 	if fmt.Sprint(codes) != "[200 200 200 429 429 429]" {
 		t.Fatalf("statuses %v", codes)
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	s.terminate(t)
 	rotated, _ := os.ReadFile(logPath + ".1")
 	current, _ := os.ReadFile(logPath)
 	if n := strings.Count(string(rotated)+string(current), `"status":429,`); n != 3 {

@@ -154,6 +154,21 @@ func (s *server) waitLog(t *testing.T, substr string, n int) {
 	}
 }
 
+// terminate sends SIGTERM and waits for the process to exit (20 s at
+// most: the drain delay and a busy machine), returning its exit code.
+func (s *server) terminate(t *testing.T) int {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	return s.exitCode
+}
+
 func startServe(t *testing.T, configPath string) *server {
 	t.Helper()
 	s := &server{cmd: exec.Command(binary, "serve", "--config", configPath), exited: make(chan struct{})}
@@ -349,16 +364,8 @@ func TestServe(t *testing.T) {
 	}
 
 	// SIGTERM: a clean exit.
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
-	if s.exitCode != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", s.exitCode, s.logs())
+	if code := s.terminate(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, s.logs())
 	}
 }
 

@@ -123,16 +123,8 @@ func TestServeWatchesConfigMap(t *testing.T) {
 		t.Fatalf("the reload error does not name the variable:\n%s", s.logs())
 	}
 
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
-	if s.exitCode != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", s.exitCode, s.logs())
+	if code := s.terminate(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, s.logs())
 	}
 	for _, v := range []string{password, upstream.URL, redis.Addr()} {
 		if strings.Contains(s.logs(), v) {
