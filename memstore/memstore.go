@@ -5,7 +5,10 @@
 // takes no shard lock: it locks the key's slot alone, with one
 // compare-and-swap on the cache line that holds the key's state, so checks
 // of different keys never contend and checks of one hot key wait only for
-// each other's few nanoseconds of arithmetic. New keys, keys of several
+// each other's few nanoseconds of arithmetic. A check that still finds the
+// slot locked after a few tries queues on its shard's parking mutex, so
+// many callers of one hot key do not burn the cores spinning while a
+// holder waits for one (see table). New keys, keys of several
 // rules, the sweep and eviction take the shard's mutex. A check on a key
 // that exists allocates nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
 // per store, so no caller can aim for a collision; 58 of its bits tell keys

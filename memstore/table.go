@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -23,9 +24,10 @@ import (
 // A check that finds the slot locked tries a few more times, then queues on
 // the table's queue mutex, which parks it: only the head of the queue keeps
 // trying the slot, so a hot key checked by many callers at once costs one
-// waiter's spinning per shard, not one per caller (and none while the
-// queue's head is itself parked by a lock holder that the operating system
-// has descheduled). Everything that changes
+// waiter's spinning per shard, not one per caller; and a head that still
+// finds the slot locked after a few hundred tries sleeps between tries,
+// since the holder's thread is then off its core (more threads than cores,
+// or the holder preempted), and spinning would only keep it off. Everything that changes
 // which key a slot holds (insert, the moves of a backward shift, grow,
 // sweep, evict) runs under the shard's mutex and locks every slot it reads
 // or writes, so:
@@ -72,6 +74,13 @@ const (
 	// spinsBeforeYield is how often the head of the queue, and a writer,
 	// let the goroutines of their core run while they wait for a slot.
 	spinsBeforeYield = 64
+	// spinsBeforeSleep is how long the head of the queue spins and yields
+	// before it sleeps, from a microsecond up to maxPause, doubling: a
+	// slot held that long has a holder whose thread the operating system
+	// took off its core (more threads than cores), and the sleep gives the
+	// core back to it.
+	spinsBeforeSleep = 4 * spinsBeforeYield
+	maxPause         = 100 * time.Microsecond
 )
 
 func makeID(hash uint64, rules int) uint64 { return hash&^(1<<idBits-1) | uint64(rules) }
@@ -118,11 +127,16 @@ func (t *table) waitID(s *slot, id uint64) bool {
 	}
 	t.queue.Lock()
 	defer t.queue.Unlock()
+	pause := time.Microsecond
 	for n := 1; ; n++ {
 		if locked, done := s.tryID(id); done {
 			return locked
 		}
-		if n%spinsBeforeYield == 0 {
+		switch {
+		case n >= spinsBeforeSleep:
+			time.Sleep(pause)
+			pause = min(2*pause, maxPause)
+		case n%spinsBeforeYield == 0:
 			runtime.Gosched()
 		}
 	}
