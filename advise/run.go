@@ -297,6 +297,20 @@ func Run(o Options) (*Report, error) {
 		rep.Order.MaxLagSeconds = m.seg.maxLag
 		rep.Order.Segments = len(m.seg.segs)
 	}
+	// runPass reads srcs again (standard input from its spool) into fn,
+	// with a progress line of its own: the bytes and lines read against
+	// the inputs' size.
+	runPass := func(what string, srcs []source, fn func(b *batch)) error {
+		p := &progress{}
+		stopBar := startBar(show, o.stderr, what, p, passSize(srcs, spool))
+		defer stopBar()
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: p}
+		return pl.run(func(b *batch) error {
+			fn(b)
+			p.lines.Add(b.lines)
+			return nil
+		})
+	}
 	// remeasure reads srcs again into a fresh measurer of cls that counts
 	// from the window's start, now known (a pass read the newest line).
 	remeasure := func(what string, srcs []source, cls *classes, reorder int64, perKey bool, start int64) (*measurer, error) {
@@ -308,11 +322,7 @@ func Run(o Options) (*Report, error) {
 			}
 		}
 		t := time.Now()
-		stopBar := startBar(show, o.stderr, what, &progress{}, 0)
-		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: &progress{}}
-		err := pl.run(func(b *batch) error { m.batch(b); return nil })
-		stopBar()
-		if err != nil {
+		if err := runPass(what, srcs, m.batch); err != nil {
 			return nil, err
 		}
 		m.ro.flush()
@@ -417,11 +427,8 @@ func Run(o Options) (*Report, error) {
 		}
 		bp := newBurstPass(m, cls, start, reorderWindow, rates)
 		t4 := time.Now()
-		stopBar := startBar(show, o.stderr, "measuring the bursts", &progress{}, total)
-		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
-		err := pl.run(func(b *batch) error { bp.batch(b); return nil })
+		err := runPass("measuring the bursts", replaySrcs, bp.batch)
 		bp.finish()
-		stopBar()
 		if err != nil {
 			return nil, err
 		}
@@ -457,17 +464,9 @@ func Run(o Options) (*Report, error) {
 				return nil, err
 			}
 		}
-		prog2 := &progress{}
 		t1 := time.Now()
-		stopBar := startBar(show, o.stderr, "replaying", prog2, total)
-		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: prog2}
-		err := pl.run(func(b *batch) error {
-			prog2.lines.Add(b.lines)
-			rp.batch(b)
-			return nil
-		})
+		err := runPass("replaying", replaySrcs, rp.batch)
 		rp.finish()
-		stopBar()
 		if err != nil {
 			return nil, err
 		}
@@ -833,4 +832,34 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fk", float64(n)/1e3)
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// passSize is what a pass over srcs reads, in bytes, for its progress
+// line: each file's size, or of the spool of standard input, less what a
+// segment skips (of a plain file; a gzip file is counted whole).
+func passSize(srcs []source, spool *os.File) int64 {
+	var n int64
+	for _, s := range srcs {
+		f := spool
+		if s.name != "-" && (spool == nil || s.name != spool.Name()) {
+			var err error
+			if f, err = os.Open(s.name); err != nil {
+				continue
+			}
+			defer f.Close()
+		}
+		st, err := f.Stat()
+		if err != nil {
+			continue
+		}
+		size := st.Size()
+		if !isGzip(f) {
+			if s.end >= 0 {
+				size = min(size, s.end)
+			}
+			size -= min(size, s.start)
+		}
+		n += size
+	}
+	return n
 }
