@@ -125,6 +125,11 @@ type ClassReport struct {
 	// Histogram is the per-second distribution: each count with its
 	// number of (key, second) samples, by increasing count.
 	Histogram []Bin `json:"per_second_histogram"`
+	// PeakMinutes is the distribution the keys reading sizes the rate
+	// on: each busiest-minute count with how many of the callers that
+	// size the proposal (KeyStats.Normal) had it, by increasing count.
+	// The charts draw it (chartOf).
+	PeakMinutes []Bin `json:"peak_minute_histogram,omitempty"`
 	// Keys is the per-key view: how many callers, which size the
 	// proposal, and those set apart as ones it would limit.
 	Keys KeyStats `json:"keys"`
@@ -553,6 +558,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 		} else {
 			cr.Proposal, cr.Keys = proposeByKeys(normal, int64(o.MinBurst))
 			staticFloor(&cr.Proposal, cr.Match)
+			cr.PeakMinutes, cr.Keys.AboveRate = peakMinutes(normal, cr.Proposal.Rate)
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
 		if len(limited) > 0 {
