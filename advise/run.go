@@ -163,6 +163,9 @@ type Order struct {
 	// Reread is set when the files were measured a second time, their
 	// segments oldest first, with a window sized from the first reading.
 	Reread bool `json:"reread,omitempty"`
+	// Merged is how many segments were read at once, their lines merged
+	// by time, because their times overlap (files of two servers).
+	Merged int `json:"merged,omitempty"`
 	// Late is the number of lines the final window could not absorb;
 	// each was counted in the oldest second still open.
 	Late int64 `json:"late"`
@@ -309,7 +312,7 @@ func Run(o Options) (*Report, error) {
 		p := &progress{}
 		stopBar := startBar(show, o.stderr, what, p, passSize(srcs, spool))
 		defer stopBar()
-		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: p}
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: p, fields: o.Fields}
 		return pl.run(func(b *batch) error {
 			fn(b)
 			p.lines.Add(b.lines)
@@ -338,14 +341,22 @@ func Run(o Options) (*Report, error) {
 		// Too far out of order for the window: read the segments again,
 		// oldest first, with a window that absorbs them. Standard input
 		// is read again from its spool.
-		if segs, w, ok := m.seg.plan(); ok {
-			planned := make([]source, len(segs))
-			for i, sg := range segs {
-				planned[i] = srcs[sg.file]
-				if planned[i].name == "-" {
-					planned[i].name = spool.Name()
+		if groups, w, ok := m.seg.plan(); ok {
+			planned := make([]source, len(groups))
+			for i, g := range groups {
+				parts := make([]source, len(g))
+				for j, sg := range g {
+					parts[j] = srcs[sg.file]
+					if parts[j].name == "-" {
+						parts[j].name = spool.Name()
+					}
+					parts[j].start, parts[j].end = sg.start, sg.end
 				}
-				planned[i].start, planned[i].end = sg.start, sg.end
+				planned[i] = parts[0]
+				if len(parts) > 1 {
+					planned[i] = source{name: "merged", file: parts[0].file, end: -1, parts: parts}
+					rep.Order.Merged += len(parts)
+				}
 			}
 			cls = freshClasses(cls, o.Config != "")
 			m2, err := remeasure("measuring again, in time order", planned, cls, w, o.Config != "", m.windowStart())
@@ -846,6 +857,10 @@ func humanCount(n int64) string {
 func passSize(srcs []source, spool *os.File) int64 {
 	var n int64
 	for _, s := range srcs {
+		if len(s.parts) > 0 {
+			n += passSize(s.parts, spool)
+			continue
+		}
 		f := spool
 		if s.name != "-" && (spool == nil || s.name != spool.Name()) {
 			var err error
