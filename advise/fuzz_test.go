@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"slices"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,4 +168,110 @@ func FuzzReorder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// mergedLines reads the parts through the merging reader.
+func mergedLines(t *testing.T, parts ...[]byte) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	var srcs []source
+	for i, p := range parts {
+		name := filepath.Join(dir, fmt.Sprintf("p%d.log", i))
+		if err := os.WriteFile(name, p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, source{name: name, file: i, end: -1})
+	}
+	pl := &pipeline{prog: &progress{}}
+	mr, err := pl.merge(srcs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.close()
+	out, err := io.ReadAll(mr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// normalLines are the lines of data as the merging reader passes them
+// on: each with a newline, one longer than maxLine cut to maxLine+1
+// bytes; sorted, to compare as a multiset.
+func normalLines(data []byte) []string {
+	var out []string
+	for len(data) > 0 {
+		l := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			l, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		out = append(out, string(l[:min(len(l), maxLine+1)])+"\n")
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FuzzMerge: the merging reader passes on every line of its parts, once,
+// each part's lines in their order, and the lines with a time in time
+// order when each part is.
+func FuzzMerge(f *testing.F) {
+	f.Add([]byte(fuzzLog), []byte("garbage\n"+fuzzLog[100:]))
+	f.Add([]byte("a\nb"), []byte("\n\n\xff"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		out := mergedLines(t, a, b)
+		want := append(normalLines(a), normalLines(b)...)
+		slices.Sort(want)
+		if got := normalLines(out); !slices.Equal(got, want) {
+			t.Fatalf("merged %q and %q into %q", a, b, out)
+		}
+	})
+}
+
+// TestMergeLongAndDamaged: a line of 3 MiB in one of two overlapping
+// files, and a gzip file cut short, are counted as the first reading
+// counted them: the long line once, malformed; the damaged file up to
+// its damage, with a note.
+func TestMergeLongAndDamaged(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var a, b strings.Builder
+	for i := range 600 {
+		line := fmt.Sprintf("10.0.0.%d - - [05/Jan/2026:%02d:%02d:%02d +0000] \"GET /p/%d HTTP/1.1\" 200 1\n", i%7, i/60/60, i/60%60, i%60, i)
+		if i%2 == 0 {
+			a.WriteString(line)
+		} else {
+			b.WriteString(line)
+		}
+		if i == 300 {
+			a.WriteString(strings.Repeat("x", 3<<20) + "\n")
+		}
+	}
+	fa := filepath.Join(dir, "a.log")
+	os.WriteFile(fa, []byte(a.String()), 0o644)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(b.String()))
+	zw.Close()
+	fb := filepath.Join(dir, "b.log.gz")
+	os.WriteFile(fb, gz.Bytes()[:gz.Len()*2/3], 0o644)
+	rep, err := Run(Options{Inputs: []string{fb, fa}, MaxClasses: 20, Top: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileA := rep.Files[slices.IndexFunc(rep.Files, func(f FileLines) bool { return f.File == fa })]
+	if rep.Order.Merged < 2 || rep.Order.Late != 0 || fileA.Malformed != 1 || fileA.Lines != 301 {
+		t.Errorf("order %+v, files %+v: want merged, nothing late, the long line one malformed line", rep.Order, rep.Files)
+	}
+	if !strings.Contains(strings.Join(rep.Notes, "\n"), "the rest of this input is skipped") {
+		t.Errorf("no note of the damaged file: %q", rep.Notes)
+	}
+	var requests uint64
+	for _, c := range rep.Classes {
+		requests += c.PerSecond.Requests
+	}
+	if int64(requests) != rep.Files[0].Parsed+rep.Files[1].Parsed {
+		t.Errorf("%d requests in the classes, %d parsed", requests, rep.Files[0].Parsed+rep.Files[1].Parsed)
+	}
 }

@@ -200,9 +200,28 @@ func isGzip(f *os.File) bool {
 func decompress(r *bufio.Reader) (io.Reader, error) {
 	magic, err := r.Peek(2)
 	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		return gzip.NewReader(r)
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, err
+		}
+		return gzipCut{zr}, nil
 	}
 	return r, nil
+}
+
+// errGzipCut is a gzip stream that ends before its end.
+var errGzipCut = errors.New("gzip stream cut short")
+
+// gzipCut tells a gzip stream cut short from the end of the input: the
+// lines before the cut are read, and the run says the input ended early.
+type gzipCut struct{ r io.Reader }
+
+func (g gzipCut) Read(b []byte) (int, error) {
+	n, err := g.r.Read(b)
+	if err == io.ErrUnexpectedEOF {
+		err = errGzipCut
+	}
+	return n, err
 }
 
 // pipeline reads sources in order and parses their lines on all CPUs,
