@@ -30,11 +30,16 @@ garbage line
 `
 
 // linesIn counts the lines of data as the reader counts them: one per
-// newline, and a last one without.
+// newline, and a last one without, but blank ones (nothing but spaces,
+// tabs and carriage returns, or a byte order mark), which are skipped.
 func linesIn(data []byte) int64 {
-	n := int64(bytes.Count(data, []byte{'\n'}))
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		n++
+	var n int64
+	for l := range bytes.SplitSeq(data, []byte{'\n'}) {
+		l = bytes.TrimLeft(l, " \t\r")
+		l = bytes.TrimPrefix(l, []byte("\xef\xbb\xbf"))
+		if len(bytes.TrimRight(l, " \r")) > 0 {
+			n++
+		}
 	}
 	return n
 }
