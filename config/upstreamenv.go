@@ -158,7 +158,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("REDIS_SOCKET_TYPE", "unix", 's', "unix (REDIS_URL is a socket path) or tcp (HOST:PORT)"),
 	honour("REDIS_TYPE", "SINGLE", 's', "SINGLE, SENTINEL (REDIS_URL: master,sentinel1:port,…) or CLUSTER (REDIS_URL: node1:port,…)"),
 	honour("REDIS_URL", "/var/run/nutcracker/ratelimit.sock", 's', "the Redis, as REDIS_SOCKET_TYPE and REDIS_TYPE say"),
-	honour("REDIS_POOL_SIZE", "10", 'i', "connections per Redis node"),
+	honour("REDIS_POOL_SIZE", "10", 'i', "connections per Redis node, at least sluice's own 40 (its 32 calls in flight and its probes)"),
 	honour("REDIS_AUTH", "", 's', "password, or user:password"),
 	honour("REDIS_TLS", "false", 'b', "TLS to Redis"),
 	honour("REDIS_TLS_CLIENT_CERT", "", 's', "client certificate (PEM) for TLS to Redis"),

@@ -306,3 +306,30 @@ func TestFromUpstreamEnvDirectory(t *testing.T) {
 		t.Errorf("two files of one domain: err %v; want it refused", err)
 	}
 }
+
+// TestUpstreamVarsDocumented: docs/envoy.md's table lists every variable
+// of UpstreamVars, in its order, with what sluice does with it.
+func TestUpstreamVarsDocumented(t *testing.T) {
+	data, err := os.ReadFile("../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			rows = append(rows, line)
+		}
+	}
+	if len(rows) != len(config.UpstreamVars) {
+		t.Errorf("docs/envoy.md lists %d variables; the code knows %d", len(rows), len(config.UpstreamVars))
+	}
+	for i, u := range config.UpstreamVars {
+		if i >= len(rows) {
+			break
+		}
+		cells := strings.Split(rows[i], "|")
+		if len(cells) != 5 || strings.TrimSpace(cells[1]) != "`"+u.Name+"`" || strings.TrimSpace(cells[3]) != u.Handling()+": "+u.Note {
+			t.Errorf("docs/envoy.md row %d: %s\nwant | `%s` | … | %s: %s |", i+1, rows[i], u.Name, u.Handling(), u.Note)
+		}
+	}
+}

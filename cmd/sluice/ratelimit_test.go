@@ -408,3 +408,19 @@ var (
 func jsonShape(s string) string {
 	return jsonReset.ReplaceAllString(jsonSpace.ReplaceAllString(s, ""), `"durationUntilReset":"…"`)
 }
+
+// TestRatelimitRefusesAtStart: a variable sluice does not offer stops
+// `sluice ratelimit` before it listens, with exit status 2 and a message
+// that names it and what to use instead.
+func TestRatelimitRefusesAtStart(t *testing.T) {
+	cmd := exec.Command(binary, "ratelimit")
+	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "REDIS_PERSECOND=true"}
+	out, err := cmd.CombinedOutput()
+	code := -1
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "REDIS_PERSECOND=\"true\" is not offered") {
+		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
+	}
+}
