@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -74,7 +73,7 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 		u.Addrs = []string{parsed.Addr}
 		u.Username, u.Password, u.DB, u.TLSConfig = parsed.Username, parsed.Password, parsed.DB, parsed.TLSConfig
 		if parsed.Network == "unix" {
-			unix = true // UniversalOptions has no network: dial the socket ourselves
+			unix = true // go-redis dials an Addr that starts with "/" as a unix socket
 		}
 	}
 	if len(opts.ClusterAddrs) > 0 {
@@ -117,12 +116,8 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 		timeout = 50 * time.Millisecond
 	}
 	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
-	if unix {
-		if len(opts.ClusterAddrs) > 0 || opts.SentinelMaster != "" {
-			return nil, errors.New("redisstore: a unix socket url reaches one server; use redis:// with cluster or sentinel addresses")
-		}
-		d := &net.Dialer{Timeout: timeout}
-		u.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) { return d.DialContext(ctx, "unix", addr) }
+	if unix && (len(opts.ClusterAddrs) > 0 || opts.SentinelMaster != "") {
+		return nil, errors.New("redisstore: a unix socket url reaches one server; use redis:// with cluster or sentinel addresses")
 	}
 	u.PoolSize = opts.PoolSize
 	if opts.FailFast {
