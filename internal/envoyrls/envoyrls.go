@@ -129,6 +129,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	resp.ResponseHeadersToAdd = s.headers(lim, ds, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, time.Since(start))
+	asUpstream(rls.Upstream, resp)
 	return resp, nil
 }
 
