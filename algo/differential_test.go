@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 var ctx = context.Background()

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // A coalesced batch of the fixed window (checks, counted checks and

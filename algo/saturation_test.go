@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // Charges and refunds of any size, on rules at the edges of sluice's

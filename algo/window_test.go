@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // units are the spans a rate is written per (envoyproxy/ratelimit's

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	sluicegw "github.com/sluicehq/sluice/internal/gateway"
-	"github.com/sluicehq/sluice/internal/proxytest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/proxytest"
 )
 
 // The forward-auth tests run real NGINX and Caddy processes with the

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 

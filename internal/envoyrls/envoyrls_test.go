@@ -20,8 +20,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/gateway"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // served is `sluice serve` in process, its gRPC listener on loopback, and

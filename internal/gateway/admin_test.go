@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/stall"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/stall"
 	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 

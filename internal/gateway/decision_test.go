@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // served is a gateway serving on real loopback listeners, in process.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 func newGateway(t *testing.T, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {

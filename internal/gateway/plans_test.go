@@ -16,8 +16,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // planGateway is a gateway whose callers name their plan in a JWT claim or

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // otlpReceiver is an in-process OTLP trace receiver: the collector's gRPC
