@@ -91,7 +91,9 @@ func refill(b Bucket, r Rule, now int64) float64 {
 // that waits at most maxDelay) to buckets, one per rule, at now in Unix
 // microseconds, and updates buckets in place. It is the one definition of
 // the token bucket and of reservations that every store shares. Input must be valid (see
-// ValidateRequest): Decide does not check it.
+// ValidateRequest): Decide does not check it, except that with no rules,
+// or fewer buckets than rules, it decides nothing and returns the zero
+// Result, a denial.
 //
 // All rules are refilled to now; a calendar quota whose period has ended
 // is whole again (renew). The request passes when every bucket holds at
@@ -100,6 +102,9 @@ func refill(b Bucket, r Rule, now int64) float64 {
 // taken from every bucket, else from none. The refill and the time of it
 // are recorded either way, and Last never moves backwards.
 func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {
+	if len(rules) == 0 || len(buckets) < len(rules) {
+		return Result{}
+	}
 	if len(rules) == 1 && rules[0].Period == Rolling { // small enough to inline: the common case costs no extra call
 		return decideOne(&buckets[0], rules[0], now, cost, maxDelay)
 	}
@@ -177,8 +182,13 @@ func decideOne(b *Bucket, r Rule, now, cost int64, maxDelay time.Duration) Resul
 // AdjustBuckets charges delta more tokens (or refunds -delta, up to the
 // burst) to buckets at now, after refilling them. Allowed in the result
 // reports whether every bucket is at or above zero afterwards. A calendar
-// quota is renewed first, so debt never outlives its period.
+// quota is renewed first, so debt never outlives its period. With no
+// rules, or fewer buckets than rules, it changes nothing and returns the
+// zero Result.
 func AdjustBuckets(buckets []Bucket, rules []Rule, now, delta int64) Result {
+	if len(rules) == 0 || len(buckets) < len(rules) {
+		return Result{}
+	}
 	allowed := true
 	for i, r := range rules {
 		if r.Period != Rolling {
@@ -284,10 +294,11 @@ func durationOf(seconds float64) time.Duration {
 
 // ExpiryAfter is how long a key's state must be kept after now: until
 // every bucket is full again (a calendar quota drawn on: until its period
-// ends), which is when dropping it loses nothing, plus margin.
+// ends), which is when dropping it loses nothing, plus margin. A rule
+// with no bucket (buckets shorter than rules) counts as full.
 func ExpiryAfter(buckets []Bucket, rules []Rule, now int64, margin time.Duration) time.Duration {
 	var longest int64
-	for i, r := range rules {
+	for i, r := range rules[:min(len(rules), len(buckets))] {
 		if t := resetAfter(buckets[i], r, now); t > longest {
 			longest = t
 		}

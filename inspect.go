@@ -27,11 +27,16 @@ type Inspector interface {
 // InspectBuckets returns the standing of buckets under rules at now, in
 // Unix microseconds, one Result per rule as Inspector.Inspect reports it,
 // without changing buckets: the one definition every store's Inspect
-// shares.
+// shares. A rule with no bucket (buckets shorter than rules) is reported
+// full, as a key with no state is.
 func InspectBuckets(buckets []Bucket, rules []Rule, now int64) []Result {
 	out := make([]Result, len(rules))
 	for i, r := range rules {
-		tokens := refill(buckets[i], r, now)
+		b := FullBucket(r, now)
+		if i < len(buckets) {
+			b = buckets[i]
+		}
+		tokens := refill(b, r, now)
 		res := Result{Allowed: tokens+tolerance >= 1, Rule: i, Limit: r.Burst, Remaining: remaining(tokens)}
 		if !res.Allowed {
 			res.RetryAfter = time.Duration(micros((1-tokens)/r.Rate)) * time.Microsecond

@@ -13,6 +13,10 @@ import (
 // number of processes, on a shared Redis store) may name the same key and
 // share its buckets. It is safe for concurrent use.
 //
+// The zero Limiter is safe to call: with no Store, Allow reports false and
+// AllowN, Wait and WaitN return an error wrapping ErrInvalid, as they do
+// for a Limiter with no Key or no Rules.
+//
 //	lim := sluice.Limiter{Store: store, Key: "user-1024", Rules: []sluice.Rule{rule}}
 //	if !lim.Allow() { … 429 … }
 //	if err := lim.Wait(ctx); err != nil { … }
@@ -21,6 +25,9 @@ type Limiter struct {
 	Key   string
 	Rules []Rule
 }
+
+// errNoStore is the answer of a Limiter without a Store.
+var errNoStore = fmt.Errorf("%w: sluice.Limiter has no Store", ErrInvalid)
 
 // Allow reports whether one token is there now, and takes it. It reports
 // false when the store fails; use AllowN for the error, or give Allow a
@@ -35,6 +42,9 @@ func (l Limiter) Allow() bool {
 // above a rule's burst (such a call could never pass), ErrInvalid for bad
 // input, or is the store's own failure.
 func (l Limiter) AllowN(ctx context.Context, n int64) (bool, error) {
+	if l.Store == nil {
+		return false, errNoStore
+	}
 	res, err := l.Store.Check(ctx, Request{Key: l.Key, Cost: n, Rules: l.Rules})
 	if err != nil {
 		return false, err
@@ -57,6 +67,9 @@ func (l Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // back and returns ctx's error. The error wraps ErrCostExceedsBurst when n
 // is above a rule's burst.
 func (l Limiter) WaitN(ctx context.Context, n int64) error {
+	if l.Store == nil {
+		return errNoStore
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

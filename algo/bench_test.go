@@ -3,8 +3,10 @@ package algo
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 // A check on a key that exists allocates nothing, for every algorithm:
@@ -14,7 +16,7 @@ func BenchmarkMemoryCheck(b *testing.B) {
 	rules := []sluice.Rule{{Rate: 1000, Burst: 100}}
 	for _, name := range Names() {
 		b.Run(name, func(b *testing.B) {
-			c := newClock(edge)
+			c := fakeclock.New(time.UnixMicro(edge))
 			s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 			defer s.Close()
 			reqs := make([]sluice.Request, 64)
@@ -25,7 +27,7 @@ func BenchmarkMemoryCheck(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				c.us.Add(1000 / 64)
+				c.AdvanceMicros(1000 / 64)
 				s.Check(ctx, reqs[i%len(reqs)])
 			}
 		})
@@ -38,14 +40,14 @@ func BenchmarkMemoryFloodAtCap(b *testing.B) {
 	rules := []sluice.Rule{{Rate: 5.0 / 60, Burst: 5}}
 	for _, name := range Names()[1:] {
 		b.Run(name, func(b *testing.B) {
-			c := newClock(edge)
+			c := fakeclock.New(time.UnixMicro(edge))
 			s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1, MaxKeys: 10_000})
 			defer s.Close()
 			key := make([]byte, 0, 24)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				c.us.Add(1)
+				c.AdvanceMicros(1)
 				key = strconv.AppendInt(append(key[:0], "flood-"...), int64(i), 10)
 				s.Check(ctx, sluice.Request{Key: string(key), Cost: 1, Rules: rules})
 			}

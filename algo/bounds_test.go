@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 // The bounds, for a rule of rate R and burst B (window W = B/R, limit
@@ -44,7 +45,7 @@ func bound(name string, r sluice.Rule, T time.Duration) int {
 // through the named in-memory store and returns the times admitted.
 func admittedTimes(t *testing.T, name string, r sluice.Rule, arrivals []int64) []int64 {
 	t.Helper()
-	c := newClock(arrivals[0])
+	c := fakeclock.New(time.UnixMicro(arrivals[0]))
 	s, err := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func admittedTimes(t *testing.T, name string, r sluice.Rule, arrivals []int64) [
 	req := sluice.Request{Key: "attacker", Cost: 1, Rules: []sluice.Rule{r}}
 	var admitted []int64
 	for _, at := range arrivals {
-		c.us.Store(at)
+		c.SetMicros(at)
 		res, err := s.Check(ctx, req)
 		if err != nil {
 			t.Fatal(err)

@@ -4,26 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 var ctx = context.Background()
-
-// clock is an injected clock in Unix microseconds.
-type clock struct{ us atomic.Int64 }
-
-func newClock(us int64) *clock {
-	c := &clock{}
-	c.us.Store(us)
-	return c
-}
-
-func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
 // The differential test: for every algorithm, one random sequence of
 // checks and adjustments on a handful of keys (one to three rules,
@@ -47,7 +36,7 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 	}
 	for _, name := range Names()[1:] {
 		t.Run(name, func(t *testing.T) {
-			c := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+			c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			ms, err := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 			if err != nil {
 				t.Fatal(err)
@@ -71,11 +60,11 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 			for i := range steps {
 				switch rng.IntN(25) {
 				case 0:
-					c.us.Add(-rng.Int64N(300_000)) // a clock that is behind
+					c.AdvanceMicros(-rng.Int64N(300_000)) // a clock that is behind
 				case 1:
-					c.us.Add(rng.Int64N(30_000_000)) // a long pause
+					c.AdvanceMicros(rng.Int64N(30_000_000)) // a long pause
 				default:
-					c.us.Add(rng.Int64N(120_000))
+					c.AdvanceMicros(rng.Int64N(120_000))
 				}
 				k := rng.IntN(21)
 				rules := ruleSets[k%len(ruleSets)]

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // A coalesced batch of the fixed window (checks, counted checks and
@@ -31,7 +32,7 @@ func TestFixedWindowBatchAgreesWithMemory(t *testing.T) {
 	}
 	for name, client := range clients {
 		t.Run(name, func(t *testing.T) {
-			c := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+			c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			ms, _ := Memory(FixedWindow, MemoryOptions{Now: c.Now, SweepInterval: -1})
 			defer ms.Close()
 			rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, Prefix: "batch:"})
@@ -40,7 +41,7 @@ func TestFixedWindowBatchAgreesWithMemory(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
 			var denied, counted int
 			for step := range 300 {
-				c.us.Add(rng.Int64N(400_000))
+				c.AdvanceMicros(rng.Int64N(400_000))
 				ops := make([]fwOp, 1+rng.IntN(40))
 				for i := range ops {
 					k := rng.IntN(12)
@@ -90,7 +91,7 @@ func TestFixedWindowBatchAgreesWithMemory(t *testing.T) {
 // of each key in a window (frozen clock), counted or not.
 func TestFixedWindowCoalescedIsExact(t *testing.T) {
 	client := redistest.Start(t).Client(t)
-	frozen := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+	frozen := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	for _, countDenied := range []bool{false, true} {
 		rs, _ := Redis(FixedWindow, client, RedisOptions{Now: frozen.Now, Prefix: fmt.Sprint("exact-", countDenied, ":")})
 		rules := []sluice.Rule{{Rate: 20.0 / 60, Burst: 20}}

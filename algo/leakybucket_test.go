@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 // The leaky bucket against a reference queue written from its definition:
@@ -18,7 +19,7 @@ import (
 func TestLeakyBucketEmitsAtRateAndDropsOverflow(t *testing.T) {
 	r := sluice.Rule{Rate: 50, Burst: 20}
 	const slot = 20_000 // µs per request at 50/s
-	c := newClock(edge)
+	c := fakeclock.New(time.UnixMicro(edge))
 	s, err := Memory(LeakyBucket, MemoryOptions{Now: c.Now, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func TestLeakyBucketEmitsAtRateAndDropsOverflow(t *testing.T) {
 	at, offered, dropped := edge, 0, 0
 	for range 20_000 {
 		at += rng.Int64N(slot) // mean slot/2: twice the rate
-		c.us.Store(at)
+		c.SetMicros(at)
 		for len(leaves) > 0 && leaves[0] <= at {
 			leaves = leaves[1:]
 		}
@@ -85,7 +86,7 @@ func TestLeakyBucketEmitsAtRateAndDropsOverflow(t *testing.T) {
 // queue to the requests that can leave within it.
 func TestLeakyBucketBurst(t *testing.T) {
 	r := sluice.Rule{Rate: 4, Burst: 10}
-	c := newClock(edge)
+	c := fakeclock.New(time.UnixMicro(edge))
 	s, _ := Memory(LeakyBucket, MemoryOptions{Now: c.Now, SweepInterval: -1})
 	defer s.Close()
 	req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{r}}

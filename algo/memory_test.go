@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 // In-memory state is bounded: the sweep drops every key whose state is
@@ -14,7 +15,7 @@ import (
 func TestMemoryIsBounded(t *testing.T) {
 	rules := []sluice.Rule{{Rate: 10, Burst: 5}} // W = 500 ms
 	for _, name := range Names()[1:] {
-		c := newClock(edge)
+		c := fakeclock.New(time.UnixMicro(edge))
 		s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1, MaxKeys: 1000, Shards: 4})
 		m := s.(interface {
 			Len() int
@@ -26,8 +27,8 @@ func TestMemoryIsBounded(t *testing.T) {
 		if n := m.Len(); n > 1000 {
 			t.Fatalf("%s holds %d keys, cap 1000", name, n)
 		}
-		c.us.Add(2 * 500_000) // two windows: everything is idle
-		if m.Sweep(c.us.Load()); m.Len() != 0 {
+		c.AdvanceMicros(2 * 500_000) // two windows: everything is idle
+		if m.Sweep(c.Micros()); m.Len() != 0 {
 			t.Fatalf("%s: %d keys left after the sweep of idle state", name, m.Len())
 		}
 		s.Close()
@@ -40,7 +41,7 @@ func TestMemoryIsBounded(t *testing.T) {
 func TestConcurrentChecks(t *testing.T) {
 	r := sluice.Rule{Rate: 1, Burst: 50}
 	for _, name := range Names() {
-		c := newClock(edge + 1)
+		c := fakeclock.New(time.UnixMicro(edge + 1))
 		s, _ := Memory(name, MemoryOptions{Now: c.Now})
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -74,7 +75,7 @@ func TestConcurrentChecks(t *testing.T) {
 func TestResultFields(t *testing.T) {
 	r := sluice.Rule{Rate: 2, Burst: 4} // W = 2 s
 	for _, name := range Names() {
-		c := newClock(edge)
+		c := fakeclock.New(time.UnixMicro(edge))
 		s, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 		req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{r}}
 		first, _ := s.Check(ctx, req)
@@ -88,7 +89,7 @@ func TestResultFields(t *testing.T) {
 		if last.Allowed || last.Remaining != 0 || last.RetryAfter <= 0 || last.RetryAfter > 4*time.Second { // at most 2W
 			t.Fatalf("%s fifth check: %+v", name, last)
 		}
-		c.us.Add(last.RetryAfter.Microseconds())
+		c.AdvanceMicros(last.RetryAfter.Microseconds())
 		if res, _ := s.Check(ctx, req); !res.Allowed {
 			t.Fatalf("%s: denied after waiting RetryAfter %v: %+v", name, last.RetryAfter, res)
 		}

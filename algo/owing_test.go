@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 // Issue 22, item 1: a caller that spent its window floods a capped store
@@ -19,7 +20,7 @@ func TestFloodPastTheCapKeepsADeniedCallerDenied(t *testing.T) {
 	for _, name := range Names() {
 		for _, flood := range []int{8_000, 30_000} {
 			t.Run(fmt.Sprint(name, "/", flood), func(t *testing.T) {
-				c := newClock(edge + 1_000_000)
+				c := fakeclock.New(time.UnixMicro(edge + 1_000_000))
 				s, _ := Memory(name, MemoryOptions{Now: c.Now, MaxKeys: 2000, SweepInterval: -1})
 				defer s.Close()
 				victim := sluice.Request{Key: "tenant-a", Cost: 1, Rules: []sluice.Rule{r}}
@@ -39,7 +40,7 @@ func TestFloodPastTheCapKeepsADeniedCallerDenied(t *testing.T) {
 				m, _ := s.(interface{ holds(string) bool })
 				sent := 0
 				for ; sent < flood || (m != nil && m.holds(victim.Key) && sent < 1_000_000); sent++ {
-					c.us.Add(1)
+					c.AdvanceMicros(1)
 					s.Check(ctx, sluice.Request{Key: fmt.Sprint("flood-", sent), Cost: 5, Rules: []sluice.Rule{r}})
 				}
 				if m != nil && m.holds(victim.Key) {
@@ -54,7 +55,7 @@ func TestFloodPastTheCapKeepsADeniedCallerDenied(t *testing.T) {
 				if let > 0 {
 					t.Fatalf("after a flood of %d new keys, %d of 5 requests of the denied caller passed", sent, let)
 				}
-				c.us.Add(3 * 60_000_000) // past every window and drain
+				c.AdvanceMicros(3 * 60_000_000) // past every window and drain
 				if res, _ := s.Check(ctx, victim); !res.Allowed {
 					t.Fatalf("three minutes later the caller is still denied: %+v", res)
 				}
@@ -81,14 +82,14 @@ func TestCappedAnswersHeldToUncapped(t *testing.T) {
 		for seed := uint64(1); seed <= 8; seed++ {
 			t.Run(fmt.Sprint(name, "/", seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 22))
-				c := newClock(edge + rng.Int64N(10_000_000))
+				c := fakeclock.New(time.UnixMicro(edge + rng.Int64N(10_000_000)))
 				capped, _ := Memory(name, MemoryOptions{Now: c.Now, Shards: 1, MaxKeys: 8 + rng.IntN(32), SweepInterval: -1})
 				oracle, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 				defer capped.Close()
 				defer oracle.Close()
 				flooded, cappedAllowed, cappedDenied, stricter := 0, 0, 0, 0
 				for step := range 3000 {
-					c.us.Add(int64(rng.ExpFloat64() * 200_000))
+					c.AdvanceMicros(int64(rng.ExpFloat64() * 200_000))
 					if rng.IntN(100) == 0 { // a flood of new keys, each spending a unit
 						n := 1 + rng.IntN(100)
 						for i := range n {
@@ -190,14 +191,14 @@ func TestOwnRecordsAreExact(t *testing.T) {
 		for seed := uint64(1); seed <= 4; seed++ {
 			t.Run(fmt.Sprint(name, "/", seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 23))
-				c := newClock(edge + rng.Int64N(10_000_000))
+				c := fakeclock.New(time.UnixMicro(edge + rng.Int64N(10_000_000)))
 				capped, _ := Memory(name, MemoryOptions{Now: c.Now, Shards: 1, MaxKeys: 2, SweepInterval: -1})
 				oracle, _ := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 				defer capped.Close()
 				defer oracle.Close()
 				differ, evicted := 0, 0
 				for step := range 2000 {
-					c.us.Add(int64(rng.ExpFloat64() * 300_000))
+					c.AdvanceMicros(int64(rng.ExpFloat64() * 300_000))
 					k := rng.IntN(3)
 					ru := policies[k]
 					req := sluice.Request{Key: fmt.Sprint("k", k), Cost: int64(1 + rng.IntN(3)), Rules: ru,

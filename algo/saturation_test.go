@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // Charges and refunds of any size, on rules at the edges of sluice's
@@ -21,7 +22,7 @@ func TestAlgorithmsSaturate(t *testing.T) {
 	slowest := 1 / sluice.MaxRefillTime.Seconds()
 	for _, name := range Names()[1:] {
 		t.Run(name, func(t *testing.T) {
-			c := newClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
+			c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			ms, err := Memory(name, MemoryOptions{Now: c.Now, SweepInterval: -1})
 			if err != nil {
 				t.Fatal(err)
@@ -57,7 +58,7 @@ func TestAlgorithmsSaturate(t *testing.T) {
 					amount int64
 				}
 				for j, st := range []step{{false, 1}, {true, charge}, {false, 1}, {true, charge}, {false, 0}, {true, math.MinInt64}, {false, 1}, {true, charge}} {
-					c.us.Add(1000)
+					c.AdvanceMicros(1000)
 					var want, got sluice.Result
 					var werr, gerr error
 					if st.adjust {

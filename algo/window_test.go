@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // units are the spans a rate is written per (envoyproxy/ratelimit's
@@ -34,7 +35,7 @@ func TestWindowOfNPerUnitIsTheUnit(t *testing.T) {
 func TestRedisWindowOfNPerUnit(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	start := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
-	c := newClock(start.UnixMicro())
+	c := fakeclock.New(start)
 	ms, err := Memory(FixedWindow, MemoryOptions{Now: c.Now, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)

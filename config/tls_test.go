@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/certs/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/certstest"
 )
 
 // TestTLSConfig: the top-level tls serves every listener, a listener's own

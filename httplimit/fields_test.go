@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -13,7 +15,7 @@ import (
 // Fields renders the headers of its decisions as the middleware sends
 // them.
 func TestPolicyByNameOnly(t *testing.T) {
-	c := newClock()
+	c := fakeclock.New(time.Unix(1_800_000_000, 0))
 	store := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
 	lim, err := New(Options{Store: store, Policies: []Policy{
 		{Name: "rls:d/k", Cost: 1, Anonymous: rule(1, 2)},

@@ -23,6 +23,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -859,7 +860,7 @@ func TestPacingAtQuotaNeverDenied(t *testing.T) {
 				if cost > burst {
 					continue
 				}
-				clk := newClock()
+				clk := fakeclock.New(time.Unix(1_800_000_000, 0))
 				store := memstore.New(memstore.Options{Now: clk.Now, SweepInterval: -1})
 				l, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Pattern: "/", Cost: cost, Anonymous: rule(rate, burst)}}})
 				if err != nil {

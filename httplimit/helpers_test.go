@@ -7,42 +7,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
-
-// clock is a fake clock for the memstore: time moves only when a test says.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // env is a limiter in front of a handler on a real loopback server.
 type env struct {
 	t     *testing.T
 	srv   *httptest.Server
 	lim   *Limiter
-	clock *clock
+	clock *fakeclock.Clock
 	store *memstore.Store
 	reg   *prometheus.Registry
 }
@@ -55,7 +35,7 @@ func rule(rate float64, burst int64) []sluice.Rule {
 // memstore on a fake clock unless opts has a store; outer wraps the limiter.
 func newEnv(t *testing.T, opts Options, next http.Handler, outer ...func(http.Handler) http.Handler) *env {
 	t.Helper()
-	e := &env{t: t, clock: newClock(), reg: prometheus.NewRegistry()}
+	e := &env{t: t, clock: fakeclock.New(time.Unix(1_800_000_000, 0)), reg: prometheus.NewRegistry()}
 	if opts.Store == nil {
 		e.store = memstore.New(memstore.Options{Now: e.clock.Now, SweepInterval: -1})
 		t.Cleanup(func() { e.store.Close() })

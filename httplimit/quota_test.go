@@ -26,7 +26,7 @@ func TestCalendarQuotaHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, Options{Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Anonymous: []sluice.Rule{{Rate: 10, Burst: 5}, day}}}}, nil)
-	e.clock.now = time.Date(2027, 3, 28, 1, 0, 0, 0, berlin)
+	e.clock.Set(time.Date(2027, 3, 28, 1, 0, 0, 0, berlin))
 	const toMidnight = 22 * 3600
 	for i := range 3 {
 		r := e.do("GET", "/")

@@ -11,23 +11,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(1_700_000_000_000_000)
-	return c
-}
-func (c *fakeClock) Now() time.Time                 { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) Add(d time.Duration)            { c.us.Add(d.Microseconds()) }
-func (c *fakeClock) Micros() int64                  { return c.us.Load() }
 func rules(rate float64, burst int64) []sluice.Rule { return []sluice.Rule{{Rate: rate, Burst: burst}} }
 
 func TestConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	s := New(Options{Now: clock.Now})
 	defer s.Close()
 	var admitted atomic.Int64
@@ -68,13 +58,13 @@ func TestInvalidInputIsAnError(t *testing.T) {
 }
 
 func TestSweepDropsOnlyFullBucketsAndChangesNoAnswer(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	s := New(Options{Now: clock.Now, SweepInterval: -1})
 	ctx := context.Background()
 	for i := 0; i < 100; i++ {
 		s.Check(ctx, sluice.Request{Key: fmt.Sprint("k", i), Cost: 1 + int64(i%10), Rules: rules(1, 10)})
 	}
-	clock.Add(5 * time.Second) // keys that spent ≤ 5 tokens are full again
+	clock.Advance(5 * time.Second) // keys that spent ≤ 5 tokens are full again
 	if got := s.Sweep(clock.Micros()); got != 50 {
 		t.Fatalf("swept %d keys, want the 50 that are full again", got)
 	}
@@ -92,10 +82,10 @@ func TestSweepDropsOnlyFullBucketsAndChangesNoAnswer(t *testing.T) {
 
 func TestSweepRunsInTheBackgroundAndStopsAtClose(t *testing.T) {
 	before, sweepersBefore := runtime.NumGoroutine(), sweepers()
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	s := New(Options{Now: clock.Now, SweepInterval: time.Millisecond})
 	s.Check(context.Background(), sluice.Request{Key: "k", Cost: 1, Rules: rules(1000, 1)})
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Len() != 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -152,7 +142,7 @@ func TestRulesChangedStartAFreshState(t *testing.T) {
 // keys never passes the cap. A flood this far beyond the owed array makes
 // some new keys start emptier than full (see owed); they are counted.
 func TestCapKeepsLimitedKeysUnderAFloodOfNewOnes(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	const limit = 1000
 	s := New(Options{Now: clock.Now, Shards: 1, MaxKeys: limit, SweepInterval: -1})
 	ctx := context.Background()
@@ -248,7 +238,7 @@ func BenchmarkCheck(b *testing.B) {
 // exactly its burst: a lost update would admit more, a state held twice
 // would admit twice.
 func TestLockFreeChecksLoseNoUpdate(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	s := New(Options{Shards: 2, SweepInterval: -1, Now: clock.Now})
 	defer s.Close()
 	const (

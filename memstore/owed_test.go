@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	owedtab "github.com/sluicehq/sluice/internal/owed"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 func heapInuse() uint64 {
@@ -25,7 +26,7 @@ func heapInuse() uint64 {
 // request is still denied, because owed remembers when its bucket would
 // be full; and the heap stays bounded by the cap.
 func TestEvictionNeverGivesAFreshBucket(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	const maxKeys = 10_000
 	s := New(Options{Now: clock.Now, MaxKeys: maxKeys, SweepInterval: -1})
 	ctx := context.Background()
@@ -42,7 +43,7 @@ func TestEvictionNeverGivesAFreshBucket(t *testing.T) {
 	base := heapInuse()
 	key := make([]byte, 0, 40)
 	for i := 0; i < 200_000; i++ {
-		clock.Add(time.Microsecond) // each flood key is due later than the client: the client is evicted first
+		clock.Advance(time.Microsecond) // each flood key is due later than the client: the client is evicted first
 		key = fmt.Appendf(key[:0], "198.51.%d.%d:%d", i>>8&255, i&255, i)
 		s.Check(ctx, sluice.Request{Key: string(key), Cost: 3, Rules: policy})
 	}
@@ -89,7 +90,7 @@ func TestCappedNeverMorePermissiveThanUncapped(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 18))
-			clock := newFakeClock()
+			clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 			capped := New(Options{Now: clock.Now, Shards: 1, MaxKeys: 1 + rng.IntN(8), SweepInterval: -1})
 			oracle := New(Options{Now: clock.Now, SweepInterval: -1})
 			policies := [][]sluice.Rule{
@@ -101,7 +102,7 @@ func TestCappedNeverMorePermissiveThanUncapped(t *testing.T) {
 			ctx := context.Background()
 			cappedAllowed, evictions := 0, 0
 			for step := 0; step < 5000; step++ {
-				clock.Add(time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond)))
+				clock.Advance(time.Duration(rng.ExpFloat64() * float64(200*time.Millisecond)))
 				k := rng.IntN(40)
 				ru := policies[k%len(policies)]
 				key := fmt.Sprint("k", k)
@@ -246,12 +247,12 @@ func BenchmarkNewKeysAtCap(b *testing.B) {
 // gives the odds: about 7% here). Keys of the flooded policy and of
 // another, much faster one are counted; both stay far from all.
 func TestFloodLeavesMostNewKeysFull(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 	s := New(Options{Now: clock.Now, MaxKeys: 10_000, SweepInterval: -1})
 	ctx := context.Background()
 	slow, fast := rules(3.0/3600, 3), rules(100, 200)
 	for i := 0; i < 200_000; i++ {
-		clock.Add(50 * time.Microsecond) // 20,000 keys a second
+		clock.Advance(50 * time.Microsecond) // 20,000 keys a second
 		s.Check(ctx, sluice.Request{Key: fmt.Sprint("flood", i), Cost: 3, Rules: slow})
 	}
 	const n = 2000
@@ -280,14 +281,14 @@ func FuzzCappedStore(f *testing.F) {
 	f.Add(uint8(0), []byte{255, 254, 253, 0, 0, 0, 0, 0, 7, 7, 7, 7})
 	policies := [][]sluice.Rule{rules(1, 3), rules(0.01, 5), {{Rate: 2, Burst: 4}, {Rate: 0.05, Burst: 6}}}
 	f.Fuzz(func(t *testing.T, capacity uint8, program []byte) {
-		clock := newFakeClock()
+		clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
 		capped := New(Options{Now: clock.Now, Shards: 1, MaxKeys: 1 + int(capacity%16), SweepInterval: -1})
 		oracle := New(Options{Now: clock.Now, SweepInterval: -1})
 		ctx := context.Background()
 		for len(program) >= 2 {
 			op, arg := program[0], program[1]
 			program = program[2:]
-			clock.Add(time.Duration(arg&0x0f) * 50 * time.Millisecond)
+			clock.Advance(time.Duration(arg&0x0f) * 50 * time.Millisecond)
 			k := int(op % 24)
 			ru := policies[k%len(policies)]
 			cost := min(int64(arg>>4)%4, ru[0].Burst)

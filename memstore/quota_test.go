@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 )
 
 func mustQuota(t *testing.T, n int64, p sluice.Period, zone string) sluice.Rule {
@@ -27,8 +28,8 @@ func mustQuota(t *testing.T, n int64, p sluice.Period, zone string) sluice.Rule 
 // at the cap comes back spent, until midnight: eviction never hands out a
 // fresh quota.
 func TestEvictionKeepsASpentQuota(t *testing.T) {
-	clock := newFakeClock()
-	clock.us.Store(time.Date(2027, 2, 28, 12, 0, 0, 0, time.UTC).UnixMicro())
+	clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
+	clock.SetMicros(time.Date(2027, 2, 28, 12, 0, 0, 0, time.UTC).UnixMicro())
 	s := New(Options{Now: clock.Now, Shards: 1, MaxKeys: 4, SweepInterval: -1})
 	defer s.Close()
 	ctx := context.Background()
@@ -50,7 +51,7 @@ func TestEvictionKeepsASpentQuota(t *testing.T) {
 	if kept := len(s.shards[0].kept); kept < 990 {
 		t.Fatalf("%d spent quotas kept outside the table; want nearly all 1000", kept)
 	}
-	clock.Add(12 * time.Hour)
+	clock.Advance(12 * time.Hour)
 	s.Sweep(clock.Micros())
 	if kept := len(s.shards[0].kept); kept != 0 {
 		t.Fatalf("%d quotas still kept at midnight; want none: every period ended", kept)
@@ -72,13 +73,13 @@ func TestCappedQuotasAnswerAsUncapped(t *testing.T) {
 	for seed := uint64(1); seed <= 10; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 16))
-			clock := newFakeClock()
-			clock.us.Store(time.Date(2027, 2, 20, 0, 0, 0, 0, time.UTC).UnixMicro())
+			clock := fakeclock.New(time.UnixMicro(1_700_000_000_000_000))
+			clock.SetMicros(time.Date(2027, 2, 20, 0, 0, 0, 0, time.UTC).UnixMicro())
 			capped := New(Options{Now: clock.Now, Shards: 1, MaxKeys: 1 + rng.IntN(4), SweepInterval: -1})
 			oracle := New(Options{Now: clock.Now, SweepInterval: -1})
 			ctx := context.Background()
 			for step := range 4000 {
-				clock.Add(time.Duration(rng.ExpFloat64() * float64(20*time.Minute)))
+				clock.Advance(time.Duration(rng.ExpFloat64() * float64(20*time.Minute)))
 				k := rng.IntN(30)
 				ru := policies[k%len(policies)]
 				key := fmt.Sprint("k", k)

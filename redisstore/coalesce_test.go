@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -23,7 +24,7 @@ import (
 // delay) and adjustments of one rule and of two mixed in it.
 func TestBatchAgreesWithMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newClock()
+	c := fakeclock.New(time.Now())
 	rs := redisstore.New(srv.Client(t), redisstore.Options{Now: c.Now})
 	ms := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
 	defer ms.Close()
@@ -31,7 +32,7 @@ func TestBatchAgreesWithMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	checks, adjusts := 0, 0
 	for round := 0; round < 1000; round++ {
-		c.us.Add(rng.Int64N(200_000))
+		c.AdvanceMicros(rng.Int64N(200_000))
 		batch := make([]redisstore.BatchOp, 1+rng.IntN(16))
 		for i := range batch {
 			k := rng.IntN(6)
@@ -97,7 +98,7 @@ func TestCoalescingKeepsTheLimitExact(t *testing.T) {
 					return st["evalsha"].Calls + st["eval"].Calls
 				}
 			}
-			frozen := newClock() // stopped: nothing refills during the test
+			frozen := fakeclock.New(time.Now()) // stopped: nothing refills during the test
 			rs := redisstore.New(client, redisstore.Options{Now: frozen.Now, Coalesce: &redisstore.Coalesce{MaxWait: 50 * time.Microsecond}})
 			defer rs.Close()
 			rules := []sluice.Rule{{Rate: 1, Burst: 300}}
@@ -190,7 +191,7 @@ func (g *gated) EvalSha(ctx context.Context, sha string, keys []string, args ...
 func TestCoalescingWithdrawsAbandonedChecks(t *testing.T) {
 	srv := redistest.Start(t)
 	g := newGated(srv.Client(t))
-	frozen := newClock()
+	frozen := fakeclock.New(time.Now())
 	rs := redisstore.New(g, redisstore.Options{Now: frozen.Now, Coalesce: &redisstore.Coalesce{MaxInFlight: 1}})
 	rules := []sluice.Rule{{Rate: 1, Burst: 1}}
 	check := func(ctx context.Context, key string) (sluice.Result, error) {

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -66,7 +67,7 @@ func TestGroupedBatchesAgreeWithSequential(t *testing.T) {
 			} else {
 				client = redistest.Start(t).Client(t)
 			}
-			c := newClock()
+			c := fakeclock.New(time.Now())
 			rs := redisstore.New(client, redisstore.Options{Now: c.Now, Coalesce: &redisstore.Coalesce{}})
 			defer rs.Close()
 			// Keys a}1, a}2, a}3 share the slot of the tag "a" on a
@@ -77,7 +78,7 @@ func TestGroupedBatchesAgreeWithSequential(t *testing.T) {
 			var ops, grouped, calls int
 			for round := 0; round < 600; round++ {
 				if rng.IntN(5) > 0 { // else the same instant as the batch before
-					c.us.Add(rng.Int64N(300_000))
+					c.AdvanceMicros(rng.Int64N(300_000))
 				}
 				batch := make([]redisstore.BatchOp, 1+rng.IntN(64))
 				stick := ruleSets[rng.IntN(len(ruleSets))] // most ops of a round share rules
@@ -141,13 +142,13 @@ func TestGroupedBatchesAgreeWithSequential(t *testing.T) {
 func TestGroupedBatchLeavesTheSequentialState(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	c := newClock()
+	c := fakeclock.New(time.Now())
 	rs := redisstore.New(client, redisstore.Options{Now: c.Now})
 	rules := [][]sluice.Rule{{{Rate: 0.25, Burst: 9}}, {{Rate: 4, Burst: 9}, {Rate: 0.01, Burst: 40}}}
 	want := model{}
 	rng := rand.New(rand.NewPCG(9, 10))
 	for round := 0; round < 100; round++ {
-		c.us.Add(rng.Int64N(400_000))
+		c.AdvanceMicros(rng.Int64N(400_000))
 		batch := make([]redisstore.BatchOp, 2+rng.IntN(40))
 		for i := range batch {
 			k := rng.IntN(3)
@@ -311,7 +312,7 @@ type wrapped struct{ redis.Scripter }
 // over keys of every slot never cross slots, and the limit stays exact.
 func TestWrappedClusterClientIsBatchedBySlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
-	frozen := newClock()
+	frozen := fakeclock.New(time.Now())
 	rs := redisstore.New(wrapped{cl.Client(t)}, redisstore.Options{Now: frozen.Now})
 	defer rs.Close()
 	rules := []sluice.Rule{{Rate: 1, Burst: 20}}

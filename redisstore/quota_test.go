@@ -9,7 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -89,8 +90,8 @@ func TestQuotasAgreeWithMemory(t *testing.T) {
 			} else {
 				client = redistest.Start(t).Client(t)
 			}
-			c := newClock()
-			c.us.Store(time.Date(2027, 2, 27, 22, 0, 0, 0, time.UTC).UnixMicro())
+			c := fakeclock.New(time.Now())
+			c.SetMicros(time.Date(2027, 2, 27, 22, 0, 0, 0, time.UTC).UnixMicro())
 			opts := redisstore.Options{Now: c.Now, DisableCoalescing: !tc.cluster}
 			if tc.cluster {
 				opts.Coalesce = &redisstore.Coalesce{}
@@ -103,9 +104,9 @@ func TestQuotasAgreeWithMemory(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, 12))
 			var ops, denied, quotaDenied int
 			for round := 0; round < 1000; round++ {
-				us := c.us.Load()
+				us := c.Micros()
 				quotaClock(rng, &us, sets)
-				c.us.Store(us)
+				c.SetMicros(us)
 				size := 1
 				if tc.batch {
 					size += rng.IntN(12)
@@ -185,8 +186,8 @@ func TestQuotasAgreeWithMemory(t *testing.T) {
 func TestQuotaExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	c := newClock()
-	c.us.Store(time.Date(2027, 2, 28, 18, 0, 0, 0, time.UTC).UnixMicro())
+	c := fakeclock.New(time.Now())
+	c.SetMicros(time.Date(2027, 2, 28, 18, 0, 0, 0, time.UTC).UnixMicro())
 	rs := redisstore.New(client, redisstore.Options{Now: c.Now, DisableCoalescing: true})
 	day := []sluice.Rule{mustQuota(t, 10, sluice.Day, "UTC")}
 	start := time.Now()

@@ -6,27 +6,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
-
-// clock is an injected clock in Unix microseconds.
-type clock struct{ us atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.us.Store(time.Now().UnixMicro())
-	return c
-}
-func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
 var ctx = context.Background()
 
@@ -36,7 +26,7 @@ var ctx = context.Background()
 // in-memory store and from the Lua script in client-clock mode.
 func TestRedisAgreesWithMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newClock()
+	c := fakeclock.New(time.Now())
 	rs := redisstore.New(srv.Client(t), redisstore.Options{Now: c.Now})
 	ms := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
 	defer ms.Close()
@@ -56,7 +46,7 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 		// The injected clock runs much faster than the real one (about
 		// 25 ms a step), so Redis's real-time expiry of a key never comes
 		// before its buckets are full in injected time.
-		c.us.Add(rng.Int64N(50_000))
+		c.AdvanceMicros(rng.Int64N(50_000))
 		k := rng.IntN(24)
 		rules := ruleSets[k%len(ruleSets)]
 		key := fmt.Sprintf("user-%d", k)
@@ -105,8 +95,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 func TestClockSkewNeverMintsTokens(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	ahead, behind := newClock(), &clock{}
-	behind.us.Store(ahead.us.Load() - 2_000_000)
+	ahead, behind := fakeclock.New(time.Now()), &fakeclock.Clock{}
+	behind.SetMicros(ahead.Micros() - 2_000_000)
 	rsAhead := redisstore.New(client, redisstore.Options{Now: ahead.Now})
 	rsBehind := redisstore.New(client, redisstore.Options{Now: behind.Now})
 	rules := []sluice.Rule{{Rate: 10, Burst: 5}}
@@ -128,8 +118,8 @@ func TestClockSkewNeverMintsTokens(t *testing.T) {
 			}
 			lastRemaining = r.Remaining
 		}
-		ahead.us.Add(5000)
-		behind.us.Add(5000)
+		ahead.AdvanceMicros(5000)
+		behind.AdvanceMicros(5000)
 	}
 	// 10 s at 10/s plus the burst: what a single caller on time gets.
 	if limit := 5 + 10*10 + 1; admitted > limit {

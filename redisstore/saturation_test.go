@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -18,7 +19,7 @@ import (
 // script's unrolled path and its general path, at the edges of the bounds.
 func TestRedisAgreesWithMemoryAtTheBounds(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newClock()
+	c := fakeclock.New(time.Now())
 	rs := redisstore.New(srv.Client(t), redisstore.Options{Now: c.Now})
 	ms := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
 	defer ms.Close()
@@ -58,7 +59,7 @@ func TestRedisAgreesWithMemoryAtTheBounds(t *testing.T) {
 		adjust(math.MinInt64)
 		check(1, 0)
 		for j, step := range steps {
-			c.us.Add(1000)
+			c.AdvanceMicros(1000)
 			want, got, werr, gerr := step()
 			if werr != nil || gerr != nil {
 				t.Fatalf("rules %v step %d: errors: memory %v, redis %v", rules, j, werr, gerr)

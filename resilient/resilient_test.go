@@ -1,7 +1,6 @@
 package resilient_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
@@ -297,7 +297,7 @@ func TestBreakerProbes(t *testing.T) {
 
 // A flood of failure decisions is one log line per interval, with a count.
 func TestLogIsRateLimited(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	s := newStore(t, deadRedis(t), resilient.Options{
 		Logger:      slog.New(slog.NewTextHandler(&buf, nil)),
 		LogInterval: time.Hour,
@@ -319,23 +319,6 @@ func TestLogIsRateLimited(t *testing.T) {
 		t.Fatalf("%d lines about the breaker opening, want 1:\n%s", n, out)
 	}
 	t.Logf("the log of 10,000 failed checks:\n%s", out)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func TestMetrics(t *testing.T) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure nginx and caddy are installed: the forward-auth tests start
-# their own processes of both (internal/proxytest) on free loopback ports,
+# their own processes of both (internal/testkit/proxytest) on free loopback ports,
 # with configurations of their own. Installs Debian's packages with apt-get
 # when run as root; otherwise fails loudly, since those tests are never
 # skipped.

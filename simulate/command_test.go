@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 const accessLog = `203.0.113.7 - - [01/Mar/2026:12:00:00 +0000] "GET /products/1 HTTP/1.1" 200 512

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/certs"
-	"github.com/sluicehq/sluice/internal/certs/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/certstest"
 )
 
 func benchReloader(b *testing.B) *certs.Reloader {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/certs"
-	"github.com/sluicehq/sluice/internal/certs/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/certstest"
 )
 
 // TestLoadErrors: each bad file is named by its field, with what is

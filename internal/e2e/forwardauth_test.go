@@ -2,27 +2,24 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
 	sluicegw "github.com/sluicehq/sluice/internal/gateway"
-	"github.com/sluicehq/sluice/internal/proxytest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/proxytest"
 )
 
 // The forward-auth tests run real NGINX and Caddy processes with the
@@ -89,7 +86,6 @@ const (
 // returns the address of its decision listener.
 func startAuthzGateway(t *testing.T, token bool) string {
 	t.Helper()
-	dir := t.TempDir()
 	yaml := docBlock(t, "yaml")
 	yaml = replaceAll(t, yaml, "127.0.0.1:8070", "127.0.0.1:0")
 	yaml = replaceAll(t, yaml, "listen: 127.0.0.1:8081", "listen: 127.0.0.1:0")
@@ -98,32 +94,8 @@ func startAuthzGateway(t *testing.T, token bool) string {
 		yaml = replaceAll(t, yaml, "decision_api:\n", "decision_api:\n  token_file: token.txt\n")
 	}
 	sum := sha256.Sum256([]byte(authzAPIKey))
-	files := map[string]string{"sluice.yaml": yaml, "keys.txt": hex.EncodeToString(sum[:]) + " alice\n", "token.txt": authzToken + "\n"}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, "sluice.yaml")
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := sluicegw.New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Listen(); err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	files := map[string]string{"keys.txt": hex.EncodeToString(sum[:]) + " alice\n", "token.txt": authzToken + "\n"}
+	g := gatewaytest.Start(t, sluicegw.New, gatewaytest.Write(t, yaml, files), io.Discard).Serve(t, 5*time.Second).G
 	return g.DecisionAddr().String()
 }
 

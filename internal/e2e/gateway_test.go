@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,7 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 var binary string // the sluice binary, built once by TestMain (with -race)
@@ -60,7 +60,7 @@ type gateway struct {
 	traffic, admin string // host:port, as the gateway logged it bound them
 	rlsAddr        string // host:port of envoy_rls, when the configuration has it
 	cmd            *exec.Cmd
-	out            *syncBuffer
+	out            *syncbuf.Buffer
 	exited         chan struct{} // closed when the process has exited
 }
 
@@ -79,23 +79,6 @@ func (g *gateway) serving(msg string) map[string]any {
 		}
 	}
 	return nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startGateway runs sluice serve with the store section and policies
@@ -122,7 +105,7 @@ func startPlainGateway(t *testing.T, upstream, store, policies string) *gateway 
 // no port is picked in advance for another process to take meanwhile.
 func startGatewayBinary(t *testing.T, binary, upstream, store, policies string) *gateway {
 	t.Helper()
-	g := &gateway{out: &syncBuffer{}, exited: make(chan struct{})}
+	g := &gateway{out: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	cfg := fmt.Sprintf("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0, on_traffic_listener: true}\nupstream: %s\n%s\n%s\n", upstream, store, policies)
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {

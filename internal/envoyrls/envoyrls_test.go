@@ -3,10 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +18,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/gateway"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // served is `sluice serve` in process, its gRPC listener on loopback, and
@@ -41,48 +38,19 @@ type served struct {
 // ports) and the descriptor files given by name, until the test ends.
 func serve(t testing.TB, extra string, files map[string]string) *served {
 	t.Helper()
-	dir := t.TempDir()
-	rdir := filepath.Join(dir, "ratelimit")
-	if err := os.Mkdir(rdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	rfiles := map[string]string{"ratelimit/": ""}
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(rdir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		rfiles["ratelimit/"+name] = body
 	}
 	yaml := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\n" +
 		"envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n" + extra
-	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gateway.New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Listen(); err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, 5*time.Second) }()
+	running := gatewaytest.Start(t, gateway.New, gatewaytest.Write(t, yaml, rfiles), io.Discard).Serve(t, 5*time.Second)
+	g, dir := running.G, running.Dir
 	conn, err := grpc.NewClient(g.RLSAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	t.Cleanup(func() { conn.Close() })
 	return &served{g: g, rls: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), dir: dir, conn: conn}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/advise"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
 )
 
 // accessGateway starts a gateway whose configuration file, written to a
@@ -29,33 +28,15 @@ func accessGateway(t *testing.T, format, extra string) (*Gateway, *httptest.Serv
 		fmt.Fprint(w, "ok")
 	}))
 	t.Cleanup(upstream.Close)
-	dir := t.TempDir()
 	var keys strings.Builder
 	for _, k := range []string{"alice", "bob"} {
 		sum := sha256.Sum256([]byte("key-of-" + k))
 		fmt.Fprintf(&keys, "%s %s\n", hex.EncodeToString(sum[:]), k)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "keys.txt"), []byte(keys.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	yaml := "upstream: " + upstream.URL + "\nidentity: {api_keys_file: keys.txt}\n" + extra +
 		"access_log: {path: access.log, format: " + format + "}\n"
-	cfgPath := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, cfgPath, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	traffic := httptest.NewServer(g)
-	t.Cleanup(traffic.Close)
-	return g, traffic, cfgPath, filepath.Join(dir, "access.log")
+	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, yaml, map[string]string{"keys.txt": keys.String()}), io.Discard).Handle(t)
+	return gw.G, gw.Traffic, gw.Path, filepath.Join(gw.Dir, "access.log")
 }
 
 const roundTripPolicies = `policies:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 // The memory store's overrides file is an append-only log (issue 22,
@@ -25,7 +26,7 @@ import (
 // openLog starts the overrides of the memory store on the file at path,
 // compacting after every changes at least (0: the default), logging to
 // buf.
-func openLog(t testing.TB, path string, every int, buf *syncBuffer) (*overrideSync, error) {
+func openLog(t testing.TB, path string, every int, buf *syncbuf.Buffer) (*overrideSync, error) {
 	t.Helper()
 	s := &overrideSync{backend: &memoryOverrides{path: path, log: slog.New(slog.NewTextHandler(buf, nil)), every: every},
 		live: &httplimit.Overrides{}, log: slog.New(slog.NewTextHandler(buf, nil)), errors: func() {},
@@ -56,7 +57,7 @@ func mustSet(t testing.TB, s *overrideSync, id string, o policyOverrides) {
 func TestOverridesLogTornLine(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "overrides.json")
-	s, err := openLog(t, path, 0, &syncBuffer{})
+	s, err := openLog(t, path, 0, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestOverridesLogTornLine(t *testing.T) {
 		if err := os.WriteFile(torn, full[:cut], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		s2, err := openLog(t, torn, 0, &logs)
 		if err != nil {
 			t.Fatalf("cut at byte %d of %d: %v", cut, len(full), err)
@@ -97,7 +98,7 @@ func TestOverridesLogTornLine(t *testing.T) {
 		}
 		mustSet(t, s2, "after", burstOf(7))
 		s2.close()
-		s3, err := openLog(t, torn, 0, &syncBuffer{})
+		s3, err := openLog(t, torn, 0, &syncbuf.Buffer{})
 		if err != nil {
 			t.Fatalf("cut at byte %d, a change, a restart: %v", cut, err)
 		}
@@ -110,7 +111,7 @@ func TestOverridesLogTornLine(t *testing.T) {
 	}
 	// Uncut, the last change holds.
 	s.close()
-	s4, err := openLog(t, path, 0, &syncBuffer{})
+	s4, err := openLog(t, path, 0, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestOverridesLogTornLine(t *testing.T) {
 func TestOverridesLogCompaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "overrides.json")
 	const every = 4
-	s, err := openLog(t, path, every, &syncBuffer{})
+	s, err := openLog(t, path, every, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestOverridesLogCompaction(t *testing.T) {
 		if limit := 1 + max(every, len(s.all())+1); lines > limit { // +1: a delete shrank the table
 			t.Fatalf("after change %d the log has %d lines, above %d", i, lines, limit)
 		}
-		r, err := openLog(t, path, every, &syncBuffer{})
+		r, err := openLog(t, path, every, &syncbuf.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestOverridesLogBadFiles(t *testing.T) {
 		if err := os.WriteFile(path, []byte(c.data), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := openLog(t, path, 0, &syncBuffer{})
+		_, err := openLog(t, path, 0, &syncbuf.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %s and %q", c.name, err, path, c.want)
 		}
@@ -198,7 +199,7 @@ func TestOverridesLogBadFiles(t *testing.T) {
 	if err := os.WriteFile(v1, []byte("{\n  \"version\": 1,\n  \"overrides\": {\n    \"a\": {\"payments\": [{\"rate\": \"1/h\", \"burst\": 5}]}\n  }\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openLog(t, v1, 0, &syncBuffer{})
+	s, err := openLog(t, v1, 0, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestOverridesLogBadFiles(t *testing.T) {
 		t.Errorf("a version 1 file after a change:\n%s\nwant it rewritten as a log", data)
 	}
 	s.close()
-	s, err = openLog(t, v1, 0, &syncBuffer{})
+	s, err = openLog(t, v1, 0, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func BenchmarkOverrideChangeMemoryFile(b *testing.B) {
 			if err := m.compact(table); err != nil {
 				b.Fatal(err)
 			}
-			s, err := openLog(b, path, 0, &syncBuffer{})
+			s, err := openLog(b, path, 0, &syncbuf.Buffer{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,13 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/stall"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/stall"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 const adminToken = "0123456789abcdef0123456789abcdef"
@@ -34,24 +33,6 @@ const adminPolicies = `policies:
     authenticated: [{rate: 1/m, burst: 20}, {rate: 1000/d, burst: 1000}]
 `
 
-// syncBuffer is a log sink that tests read while gateways write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The Redis deployments of these tests give a store call a second
 // (timeout: 1s), not the default 50 ms: on a loaded test machine a call
 // that misses its deadline is decided by the failure policy, and a reset
@@ -62,8 +43,7 @@ type adminGW struct {
 	g               *Gateway
 	admin, decision string
 	stop            func()
-	log             *syncBuffer
-	stopOnce        sync.Once
+	log             *syncbuf.Buffer
 }
 
 // writeDeployment writes the configuration (with listen fields on free
@@ -84,32 +64,11 @@ func writeDeployment(t *testing.T, dir, yaml string) string {
 // startAdminGW runs the configuration at path until stop or the test's end.
 func startAdminGW(t *testing.T, path string) *adminGW {
 	t.Helper()
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	g, err := New(cfg, path, slog.New(slog.NewTextHandler(buf, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Listen(); err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, 5*time.Second) }()
+	running := gatewaytest.Start(t, New, path, nil).Serve(t, 5*time.Second)
+	g := running.G
 	_, admin := g.Addrs()
-	gw := &adminGW{g: g, admin: "http://" + admin.String(), decision: "http://" + g.DecisionAddr().String(), log: buf}
-	gw.stop = func() {
-		gw.stopOnce.Do(func() {
-			cancel()
-			<-done
-		})
-	}
-	t.Cleanup(gw.stop)
-	return gw
+	return &adminGW{g: g, admin: "http://" + admin.String(), decision: "http://" + g.DecisionAddr().String(), log: running.Log,
+		stop: func() { running.Stop() }}
 }
 
 // call sends an admin request with the token (unless auth is given) and

@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
 )
 
 // authzPolicies: the policies of the forward-auth tests. Loopback is the
@@ -41,29 +39,10 @@ func authzGateway(t *testing.T, yaml string, files map[string]string) (g *Gatewa
 		fmt.Fprint(w, "upstream")
 	}))
 	t.Cleanup(upstream.Close)
-	dir := t.TempDir()
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, []byte("upstream: "+upstream.URL+"\n"+yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err = New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	decision, traffic, admin = httptest.NewServer(g.Decision()), httptest.NewServer(g), httptest.NewServer(g.Admin())
+	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, "upstream: "+upstream.URL+"\n"+yaml, files), io.Discard).Handle(t)
+	decision = httptest.NewServer(gw.G.Decision())
 	t.Cleanup(decision.Close)
-	t.Cleanup(traffic.Close)
-	t.Cleanup(admin.Close)
+	g, traffic, admin = gw.G, gw.Traffic, gw.Admin
 	return g, decision, traffic, admin
 }
 

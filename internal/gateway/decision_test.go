@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // served is a gateway serving on real loopback listeners, in process.
@@ -40,25 +38,7 @@ func serve(t testing.TB, dir, yaml string) *served {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Listen(); err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	g := gatewaytest.Start(t, New, path, io.Discard).Serve(t, 5*time.Second).G
 	traffic, admin := g.Addrs()
 	s := &served{g: g, traffic: "http://" + traffic.String(), admin: "http://" + admin.String()}
 	if a := g.DecisionAddr(); a != nil {
@@ -380,16 +360,7 @@ func FuzzCheckBody(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	cfg, err := config.Parse("fuzz.yaml", f.TempDir(), []byte("policies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { g.Close() })
-	h := g.Decision()
+	h := gatewaytest.Start(f, New, gatewaytest.Write(f, "policies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", nil), io.Discard).G.Decision()
 	f.Fuzz(func(t *testing.T, body string) {
 		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(body))
 		req.Header.Set("Content-Type", jsonType)

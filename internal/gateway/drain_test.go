@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,53 +14,21 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/sluicehq/sluice/config"
 )
 
 // drainGW runs the configuration yaml (listen fields added) in a directory
 // with an envoy_rls descriptor file, until the test ends or Serve returns.
-func drainGW(t *testing.T, yaml string) (g *Gateway, log *syncBuffer, cancel func(), done chan error) {
+func drainGW(t *testing.T, yaml string) (g *Gateway, log *syncbuf.Buffer, cancel func(), done <-chan error) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, "ratelimit"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "ratelimit", "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "sluice.yaml")
 	yaml = "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\nenvoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n" + yaml
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log = &syncBuffer{}
-	if g, err = New(cfg, path, slog.New(slog.NewTextHandler(log, nil))); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Listen(); err != nil {
-		g.Close()
-		t.Fatal(err)
-	}
-	ctx, cancelCtx := context.WithCancel(context.Background())
-	done, finished := make(chan error, 1), make(chan struct{})
-	go func() { done <- g.Serve(ctx, 0); close(finished) }()
-	t.Cleanup(func() {
-		cancelCtx()
-		select {
-		case <-finished:
-		case <-time.After(60 * time.Second):
-			t.Error("Serve did not return")
-		}
-	})
-	return g, log, cancelCtx, done
+	path := gatewaytest.Write(t, yaml, map[string]string{"ratelimit/d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"})
+	gw := gatewaytest.Start(t, New, path, nil).Serve(t, 0)
+	return gw.G, gw.Log, gw.Cancel, gw.Done
 }
 
 // TestDrainGRPC: while the gateway drains, the gRPC health service says

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 func newGateway(t *testing.T, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {
@@ -23,20 +22,8 @@ func newGateway(t *testing.T, yaml string) (*Gateway, *httptest.Server, *httptes
 
 func newGatewayB(t testing.TB, yaml string) (*Gateway, *httptest.Server, *httptest.Server) {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", t.TempDir(), []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Close() })
-	traffic := httptest.NewServer(g)
-	admin := httptest.NewServer(g.Admin())
-	t.Cleanup(traffic.Close)
-	t.Cleanup(admin.Close)
-	return g, traffic, admin
+	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, yaml, nil), io.Discard).Handle(t)
+	return gw.G, gw.Traffic, gw.Admin
 }
 
 // status sends GET url with the headers given as name, value pairs (a name
@@ -252,26 +239,16 @@ func TestCostTrailerThroughProxy(t *testing.T) {
 // TestReloadKeepsBuckets: a reload that keeps a policy's name and number of
 // rules keeps its callers' state; the store is not rebuilt.
 func TestReloadKeepsBuckets(t *testing.T) {
-	dir := t.TempDir()
-	path := dir + "/sluice.yaml"
+	policy := func(burst int) string {
+		return fmt.Sprintf("policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: %d}]}\n", burst)
+	}
+	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, policy(3), nil), io.Discard).Handle(t)
+	g, srv, path := gw.G, gw.Traffic, gw.Path
 	write := func(burst int) {
-		data := fmt.Sprintf("policies:\n  - {name: api, match: /, anonymous: [{rate: 1/h, burst: %d}]}\n", burst)
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(policy(burst)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(3)
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	srv := httptest.NewServer(g)
-	defer srv.Close()
 	for range 3 {
 		status(t, srv.URL+"/x")
 	}

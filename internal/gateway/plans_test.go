@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,8 +16,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // planGateway is a gateway whose callers name their plan in a JWT claim or
@@ -237,7 +236,6 @@ func TestPlansDocExample(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer upstream.Close()
 	conf = strings.Replace(conf, "http://127.0.0.1:3000", upstream.URL, 1)
-	dir := t.TempDir()
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	var keys strings.Builder
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -246,22 +244,9 @@ func TestPlansDocExample(t *testing.T) {
 		}
 	}
 	const adminToken = "plans-doc-admin-token-0123456789"
-	for name, data := range map[string][]byte{"jwt.secret": secret, "keys.txt": []byte(keys.String()), "admin.token": []byte(adminToken + "\n")} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, err := config.Parse("plans.yaml", dir, []byte(conf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	traffic := httptest.NewServer(g)
-	defer traffic.Close()
+	files := map[string]string{"jwt.secret": string(secret), "keys.txt": keys.String(), "admin.token": adminToken + "\n"}
+	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, conf, files), io.Discard).Handle(t)
+	g, traffic := gw.G, gw.Traffic
 	pg := &planGateway{t: t, url: traffic.URL, secret: secret}
 	const (
 		free       = `"api";q=10;w=1, "api-1";q=1000;w=86400`

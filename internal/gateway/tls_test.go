@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluicehq/sluice/internal/certs/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/certstest"
 )
 
 // tlsGW is a gateway serving every listener, the gRPC one included, with

@@ -22,7 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // otlpReceiver is an in-process OTLP trace receiver: the collector's gRPC
@@ -432,18 +433,8 @@ func TestTracingCollectorDown(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200") // ms
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
-	cfg, err := config.Parse("test.yaml", t.TempDir(), []byte("policies:\n  - {name: api, match: /, anonymous: [{rate: 100/s, burst: 100}]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	g, err := New(cfg, "", slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	gw := httptest.NewServer(g)
-	defer gw.Close()
+	running := gatewaytest.Start(t, New, gatewaytest.Write(t, "policies:\n  - {name: api, match: /, anonymous: [{rate: 100/s, burst: 100}]}\n", nil), nil).Handle(t)
+	gw, logs := running.Traffic, running.Log
 	for range 3 {
 		for i := range 5 {
 			if code, _ := status(t, gw.URL+"/a"); code != 404 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 // TestForwardedWithoutTrustedProxies: while trusted_proxies is empty,
@@ -25,7 +26,7 @@ func TestForwardedWithoutTrustedProxies(t *testing.T) {
 			yaml += "trusted_proxies: [10.0.0.0/8]\nforwarded_header: x-forwarded-for\n"
 		}
 		g, traffic, admin := newGateway(t, yaml)
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		g.untrusted.log = slog.New(slog.NewTextHandler(&logs, nil)) // before the first request
 		send := func(src, header, value string) {
 			req, _ := http.NewRequest("GET", traffic.URL+"/x", nil)

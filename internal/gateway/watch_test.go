@@ -1,48 +1,26 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
-
-// lockedBuffer is a log destination the test reads while the gateway writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // watched is a gateway started from a file, its traffic listener, and its
 // configuration watch.
 type watched struct {
 	g    *Gateway
 	url  string
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 	done chan struct{}
 	stop context.CancelFunc
 }
@@ -51,17 +29,8 @@ type watched struct {
 // test's cleanup stops the watch and waits for it.
 func startWatched(t *testing.T, path string) *watched {
 	t.Helper()
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &watched{logs: &lockedBuffer{}, done: make(chan struct{})}
-	w.g, err = New(cfg, path, slog.New(slog.NewTextHandler(w.logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(w.g)
-	w.url = srv.URL
+	running := gatewaytest.Start(t, New, path, nil).Handle(t)
+	w := &watched{g: running.G, url: running.Traffic.URL, logs: running.Log, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stop = cancel
 	go func() {
@@ -73,8 +42,6 @@ func startWatched(t *testing.T, path string) *watched {
 	t.Cleanup(func() {
 		cancel()
 		<-w.done
-		srv.Close()
-		w.g.Close()
 	})
 	// The watch is on once it has said so; a change before that would be
 	// read as the starting configuration.
@@ -283,16 +250,8 @@ func TestWatchRefusals(t *testing.T) {
 func TestReloadRulesBySignal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	writeFile(t, path, policyFile("api", 1))
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	g, err := New(cfg, path, slog.New(slog.NewTextHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	running := gatewaytest.Start(t, New, path, nil)
+	g, logs := running.G, running.Log
 	for _, data := range []string{"", "upstream: http://127.0.0.1:3000\n"} {
 		writeFile(t, path, data)
 		if err := g.Reload(); err == nil || !strings.Contains(err.Error(), "reload refused") {

@@ -21,7 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/bench"
-	"github.com/sluicehq/sluice/internal/envoytest"
+	"github.com/sluicehq/sluice/internal/testkit/envoytest"
 )
 
 // envoyRun is one load run of one rate limit service: its decisions and the

@@ -5,7 +5,7 @@
 // The peer is built from its Go module at Version with `go install`, into a
 // cache directory outside the repository (reused by later runs), so sluice's
 // own go.mod never depends on it. Start runs it on free loopback ports
-// against a redis-server of its own from internal/redistest, with the
+// against a redis-server of its own from internal/testkit/redistest, with the
 // descriptor files the test gives, and kills it when the test ends. Record
 // sends one ShouldRateLimit request and keeps what decides it, so two
 // services can be compared answer by answer.
