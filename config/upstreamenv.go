@@ -89,7 +89,7 @@ const (
 )
 
 // UpstreamVars are every environment variable of envoyproxy/ratelimit
-// (src/settings/settings.go of the version internal/envoytest holds
+// (src/settings/settings.go of the version internal/testkit/envoytest holds
 // sluice against), in its order.
 var UpstreamVars = []UpstreamVar{
 	honour("HOST", "0.0.0.0", 's', "address of the HTTP listener (/healthcheck, /json)"),

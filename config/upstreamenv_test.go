@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/certs/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/certstest"
 )
 
 // upstreamBase is an environment that starts: a runtime directory with

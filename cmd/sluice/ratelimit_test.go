@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluicehq/sluice/internal/envoytest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/envoytest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // dropIn is one service started from envoyproxy/ratelimit's environment:

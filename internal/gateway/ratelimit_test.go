@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 func rlsFile(domain, key string, n int) string {
@@ -52,7 +53,7 @@ func TestWatchUpstreamDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watched{logs: &lockedBuffer{}, done: make(chan struct{})}
+	w := &watched{logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	if w.g, err = New(cfg, "", slog.New(slog.NewTextHandler(w.logs, nil))); err != nil {
 		t.Fatal(err)
 	}
