@@ -83,7 +83,8 @@ descriptors:
 			t.Fatalf("%s has a pattern", p.Name)
 		}
 	}
-	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=/api/*"
+	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=/api/* " +
+		"rls:@limit/SECOND rls:@limit/MINUTE rls:@limit/HOUR rls:@limit/DAY rls:@limit/WEEK rls:@limit/MONTH rls:@limit/YEAR"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("policies\n%s\nwant\n%s", got, want)
 	}
@@ -101,7 +102,7 @@ descriptors:
 	if api.Shared != "/api/*" || api.Limit.Counted || e.Domains()["rl"].Wildcards[0] != "path_/api/*" {
 		t.Fatalf("path: %+v %+v", api, api.Limit)
 	}
-	last := e.Policies()[len(e.Policies())-1]
+	last := e.Policies()[len(e.Policies())-8] // the file's last, before the seven of the overrides
 	if last.Algorithm != "sliding_window" || last.OnError != 1 || last.Authenticated[0].Burst != 7 {
 		t.Fatalf("sliding window policy: %+v", last)
 	}
