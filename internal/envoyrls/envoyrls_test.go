@@ -41,6 +41,13 @@ type served struct {
 // ports) and the descriptor files given by name, until the test ends.
 func serve(t testing.TB, extra string, files map[string]string) *served {
 	t.Helper()
+	return serveSection(t, "envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n"+extra, files)
+}
+
+// serveSection is serve with the sluice.yaml extra, which has an envoy_rls
+// section of its own reading the directory ratelimit.
+func serveSection(t testing.TB, extra string, files map[string]string) *served {
+	t.Helper()
 	dir := t.TempDir()
 	rdir := filepath.Join(dir, "ratelimit")
 	if err := os.Mkdir(rdir, 0o755); err != nil {
@@ -51,8 +58,7 @@ func serve(t testing.TB, extra string, files map[string]string) *served {
 			t.Fatal(err)
 		}
 	}
-	yaml := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\n" +
-		"envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n" + extra
+	yaml := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\n" + extra
 	path := filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

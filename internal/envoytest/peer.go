@@ -54,7 +54,18 @@ func Start(t testing.TB, files map[string]string) *Peer {
 // descriptors' keys and values, so they do not collide with sluice's.
 func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Peer {
 	t.Helper()
-	bin, err := Binary()
+	return StartRelease(t, January, redis, files, nil)
+}
+
+// StartRelease is StartOn for the release r, with the variables of env
+// added to the peer's environment (Environ's are overridden). A release
+// that is unavailable (ErrUnavailable) skips the test, saying why.
+func StartRelease(t testing.TB, r Release, redis *redistest.Server, files map[string]string, env map[string]string) *Peer {
+	t.Helper()
+	bin, err := r.Binary()
+	if errors.Is(err, ErrUnavailable) && r.SourceEnv != "" {
+		t.Skipf("envoyproxy/ratelimit %s: %v", r.Name, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +81,7 @@ func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Pe
 	}
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		p, err := launch(bin, dir, redis)
+		p, err := launch(bin, dir, redis, env)
 		if err == nil {
 			t.Cleanup(p.stop)
 			p.redis = redis
@@ -88,7 +99,7 @@ func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Pe
 var errAddrInUse = errors.New("address already in use")
 
 // launch starts the peer once on fresh ports and waits for its health.
-func launch(bin, dir string, redis *redistest.Server) (*Peer, error) {
+func launch(bin, dir string, redis *redistest.Server, extra map[string]string) (*Peer, error) {
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
@@ -97,6 +108,9 @@ func launch(bin, dir string, redis *redistest.Server) (*Peer, error) {
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
 	cmd.Env = Environ(filepath.Join(dir, "runtime"), redis.Addr(), ports[0], ports[1], ports[2])
+	for k, v := range extra {
+		cmd.Env = append(cmd.Env, k+"="+v) // the last of a name wins
+	}
 	logPath := filepath.Join(dir, "ratelimit.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
