@@ -313,7 +313,7 @@ func (s *service) resetSeconds(d *decision) int64 {
 		return max(1, ceilSeconds(d.res.RetryAfter))
 	case d.limit.Policy != "" && !d.failed:
 		reset := d.res.ResetAfter
-		if d.over {
+		if d.over && !d.limit.Counted { // a window ends when it ends
 			reset = max(reset, d.res.RetryAfter)
 		}
 		if reset > 0 {

@@ -10,6 +10,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // upstreamDomain uses what envoyproxy/ratelimit's main added in 2026:
@@ -79,12 +81,30 @@ func TestMiddleWildcards(t *testing.T) {
 // while one of them passes, and the third call, with both over, is
 // refused.
 func TestQuotaModeRefusesWhenEveryQuotaIsOver(t *testing.T) {
-	s := serve(t, "", map[string]string{"up.yaml": upstreamDomain})
+	t.Run("memory", func(t *testing.T) {
+		testQuotaMode(t, serve(t, "", map[string]string{"up.yaml": upstreamDomain}))
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		testQuotaMode(t, serve(t, "store: {type: redis, redis: {url: \""+srv.URL()+"\", timeout: 2s}}\n", map[string]string{"up.yaml": upstreamDomain}))
+	})
+}
+
+func testQuotaMode(t *testing.T, s *served) {
 	awayFromEdge(3600, time.Minute)
 	req := &rlsv3.RateLimitRequest{Domain: "up", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("service", "service_1"), desc("service", "service_2")}}
 	for i, want := range []rlsv3.RateLimitResponse_Code{ok, ok, over} {
 		if resp := s.call(t, req); resp.OverallCode != want {
 			t.Fatalf("call %d: %v, want %v", i+1, resp, want)
+		}
+	}
+	// Over, a quota limit resets when its window ends, as any fixed
+	// window does, however far over a call takes it.
+	req.HitsAddend = 5
+	resp := s.call(t, req)
+	for i, st := range resp.Statuses {
+		if left := 3600 - time.Now().Unix()%3600; st.Code != over || st.DurationUntilReset.GetSeconds() > left+1 || st.DurationUntilReset.GetSeconds() < left-1 {
+			t.Fatalf("status %d: %v, want OVER_LIMIT resetting in the %d s left in the hour", i, st, left)
 		}
 	}
 	// A limit outside quota mode that passes does not rescue them.
