@@ -9,14 +9,16 @@
 // Limiter.Decide, the decision core every front door goes through (the
 // proxy, the middleware, /v1/check, /v1/authz), so that store, algorithms, failure
 // policy (on_error) and headers are the same everywhere. The translation
-// follows envoyproxy/ratelimit exactly: the same matching of descriptors
-// (value, then a wildcard value ending in '*', then the key alone; a limit
-// applies only where the request's last entry lands), the same buckets
-// (one per distinct list of entries, or per wildcard under
-// share_threshold), the same fixed window per unit aligned to the Unix
-// epoch, counting a refused hit too, and the same replaces, unlimited,
-// shadow_mode and quota_mode. Two things need no store: unlimited, and
-// requests_per_unit 0, which refuses every hit.
+// follows envoyproxy/ratelimit's main of July 2026: the same matching of
+// descriptors (value, then a wildcard value with a '*' anywhere, then the
+// key alone; a limit applies only where the request's last entry lands),
+// a request's own limit override, the same fixed window per unit aligned
+// to the Unix epoch, counting a refused hit too, and the same replaces,
+// unlimited, shadow_mode, quota_mode, metadata, response headers and
+// dynamic metadata. Buckets are one per distinct list of entries, or per
+// wildcard under share_threshold, where envoyproxy/ratelimit's counter
+// names may merge two lists (docs/envoy.md). Two things need no store:
+// unlimited, and requests_per_unit 0, which refuses every hit.
 package envoyrls
 
 import (
