@@ -187,12 +187,21 @@ func (m *rlsMetadata) decodeNode(d *decoder, n *yaml.Node, path string) {
 		return
 	}
 	v, err := structValue(n, 0)
-	if err != nil {
-		d.fail(n.Line, path, "%v", err)
+	var le *lineError
+	if errors.As(err, &le) {
+		d.fail(le.line, path, "%s", le.msg)
 		return
 	}
 	m.s = v.GetStructValue()
 }
+
+// lineError is a mistake at a line of a descriptor file.
+type lineError struct {
+	line int
+	msg  string
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
 
 // structValue is the protobuf value of the YAML node n, at nesting depth.
 func structValue(n *yaml.Node, depth int) (*structpb.Value, error) {
@@ -200,7 +209,7 @@ func structValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 		n = n.Alias
 	}
 	if depth > 32 {
-		return nil, fmt.Errorf("line %d: nested more than 32 deep; want flatter metadata", n.Line)
+		return nil, &lineError{n.Line, "nested more than 32 deep; want flatter metadata"}
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -208,7 +217,7 @@ func structValue(n *yaml.Node, depth int) (*structpb.Value, error) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			if k.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: a metadata name must be a plain value, not %s", k.Line, kindName(k))
+				return nil, &lineError{k.Line, "a metadata name must be a plain value, not " + kindName(k)}
 			}
 			v, err := structValue(n.Content[i+1], depth+1)
 			if err != nil {
