@@ -224,3 +224,20 @@ func TestResponseHeaders(t *testing.T) {
 		t.Fatalf("response_headers: none: %v", h)
 	}
 }
+
+// x=y_z and x_y=z are two buckets in sluice, where envoyproxy/ratelimit
+// names one counter "x_y_z" for both (docs/envoy.md, What differs): a
+// client choosing its values cannot spend another's limit.
+func TestUnderscoreKeysKeepTheirBuckets(t *testing.T) {
+	s := serve(t, "", map[string]string{"u.yaml": `domain: u
+descriptors:
+  - key: x
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: x_y
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`})
+	awayFromEdge(3600, time.Minute)
+	expect(t, "x=y_z", s.one(t, "u", desc("x", "y_z")), ok, 0)
+	expect(t, "x_y=z", s.one(t, "u", desc("x_y", "z")), ok, 0)
+	expect(t, "x=y_z again", s.one(t, "u", desc("x", "y_z")), over, 0)
+}
