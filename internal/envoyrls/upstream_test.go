@@ -225,19 +225,22 @@ func TestResponseHeaders(t *testing.T) {
 	}
 }
 
-// x=y_z and x_y=z are two buckets in sluice, where envoyproxy/ratelimit
-// names one counter "x_y_z" for both (docs/envoy.md, What differs): a
-// client choosing its values cannot spend another's limit.
+// Lists of entries that join to the same text are two buckets in sluice,
+// where envoyproxy/ratelimit names one counter for both by joining keys
+// and values with '_' (x=y_z and x_y=z are both "x_y_z"; here
+// a=x_b_y, b=z and a=x, b=y_b_z are both "a_x_b_y_b_z"; docs/envoy.md,
+// What differs): a client choosing its values cannot spend another's
+// limit.
 func TestUnderscoreKeysKeepTheirBuckets(t *testing.T) {
 	s := serve(t, "", map[string]string{"u.yaml": `domain: u
 descriptors:
-  - key: x
-    rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: x_y
-    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {unit: hour, requests_per_unit: 1}
 `})
 	awayFromEdge(3600, time.Minute)
-	expect(t, "x=y_z", s.one(t, "u", desc("x", "y_z")), ok, 0)
-	expect(t, "x_y=z", s.one(t, "u", desc("x_y", "z")), ok, 0)
-	expect(t, "x=y_z again", s.one(t, "u", desc("x", "y_z")), over, 0)
+	expect(t, "a=x_b_y, b=z", s.one(t, "u", desc("a", "x_b_y", "b", "z")), ok, 0)
+	expect(t, "a=x, b=y_b_z", s.one(t, "u", desc("a", "x", "b", "y_b_z")), ok, 0)
+	expect(t, "a=x_b_y, b=z again", s.one(t, "u", desc("a", "x_b_y", "b", "z")), over, 0)
 }
