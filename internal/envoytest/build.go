@@ -50,7 +50,8 @@ var January = Release{Name: "January 2026", Version: Version}
 // quota mode refusing when every quota is over (March), metadata: on
 // descriptors (July). The module proxy does not serve it: it is built from
 // the source tree that SLUICE_RATELIMIT_MAIN_SRC names (a checkout of that
-// commit), and tests that need it skip, saying so, without one.
+// commit) once, which keeps the binary and the YAML files of that tree in
+// its cache; tests that need it skip, saying so, without either.
 var Main = Release{Name: "main July 2026", Version: "v1.4.1-0.20260706065234-f2fb15770f7f", SourceEnv: "SLUICE_RATELIMIT_MAIN_SRC"}
 
 // Releases are the versions the differential tests hold sluice against,
@@ -125,6 +126,9 @@ func build(r Release) (string, error) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("envoytest: go build ./src/service_cmd in %s (%s): %w\n%s", src, r.SourceEnv, err, out)
 		}
+		if err := keepConfigs(src, filepath.Join(dir, "src")); err != nil {
+			return "", err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		return "", fmt.Errorf("envoytest: %w", err)
@@ -133,6 +137,48 @@ func build(r Release) (string, error) {
 		return "", fmt.Errorf("envoytest: move the built peer into the cache: %w", err)
 	}
 	return bin, nil
+}
+
+// configRoots are the directories of a source tree whose YAML files the
+// cases read.
+var configRoots = []string{"examples", "test", "integration-test"}
+
+// keepConfigs copies the YAML files under configRoots of the source tree
+// src into dst (replacing it), so that a release built from a tree once
+// keeps its cases without the tree.
+func keepConfigs(src, dst string) error {
+	tmp := dst + ".tmp"
+	os.RemoveAll(tmp)
+	for _, root := range configRoots {
+		err := filepath.WalkDir(filepath.Join(src, root), func(path string, de os.DirEntry, err error) error {
+			if err != nil || de.IsDir() {
+				return err
+			}
+			if ext := filepath.Ext(path); ext != ".yaml" && ext != ".yml" {
+				return nil
+			}
+			rel, err := filepath.Rel(src, path)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(filepath.Join(tmp, filepath.Dir(rel)), 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(tmp, rel), b, 0o644)
+		})
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("envoytest: keep the configurations of %s: %w", src, err)
+		}
+	}
+	os.RemoveAll(dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("envoytest: keep the configurations of %s: %w", src, err)
+	}
+	return nil
 }
 
 // sourceDir is the source tree the release's SourceEnv names, or "".
@@ -155,11 +201,19 @@ func (r Release) hint() string {
 // example and test configurations are.
 func Source() (string, error) { return January.Source() }
 
-// Source returns the directory of the release's source: its module in the
-// module cache, or the tree its SourceEnv names.
+// Source returns the directory of the release's source: the tree its
+// SourceEnv names, else the configuration files kept from that tree when
+// the binary was built from it, else its module in the module cache.
 func (r Release) Source() (string, error) {
 	if src := r.sourceDir(); src != "" {
 		return src, nil
+	}
+	if r.SourceEnv != "" {
+		if dir, err := cacheDir(r.Version); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "src", "examples")); err == nil {
+				return filepath.Join(dir, "src"), nil
+			}
+		}
 	}
 	f, _ := sources.LoadOrStore(r.Version, sync.OnceValues(func() (string, error) { return download(r) }))
 	return f.(func() (string, error))()
