@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/envoytest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -289,4 +290,64 @@ func TestThreeEnvoyRLSShareOneLimit(t *testing.T) {
 		return
 	}
 	t.Fatalf("every one of %d runs crossed a minute boundary", sequenceAttempts)
+}
+
+// upstreamConfigDirs are the directories of envoyproxy/ratelimit's source
+// whose descriptor files it tests and ships.
+var upstreamConfigDirs = []string{"test/config", "test/integration/runtime/current/ratelimit/config", "examples/ratelimit/config"}
+
+// Every descriptor file of envoyproxy/ratelimit's tests, integration tests
+// and examples, in each pinned release, alone in the config directory, is
+// accepted by sluice exactly when that release accepts it (its log says
+// "Error loading new configuration" when it does not).
+func TestUpstreamConfigsAcceptedAlike(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs envoyproxy/ratelimit")
+	}
+	for _, r := range envoytest.Releases() {
+		t.Run(r.Name, func(t *testing.T) {
+			src, err := r.Source()
+			if errors.Is(err, envoytest.ErrUnavailable) && r.SourceEnv != "" {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			redis := redistest.Start(t)
+			n := 0
+			for _, d := range upstreamConfigDirs {
+				paths, err := filepath.Glob(filepath.Join(src, d, "*.y*ml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, path := range paths {
+					n++
+					body, err := os.ReadFile(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					name := filepath.Base(path)
+					t.Run(d+"/"+name, func(t *testing.T) {
+						files := map[string]string{name: string(body)}
+						peer := envoytest.StartRelease(t, r, redis, files, nil)
+						upstreamOK := !strings.Contains(peer.Log(), "Error loading new configuration")
+						dir := t.TempDir()
+						if err := os.Mkdir(filepath.Join(dir, "rl"), 0o755); err != nil {
+							t.Fatal(err)
+						}
+						if err := os.WriteFile(filepath.Join(dir, "rl", name), body, 0o644); err != nil {
+							t.Fatal(err)
+						}
+						_, err := config.Parse(filepath.Join(dir, "sluice.yaml"), dir, []byte("envoy_rls: {listen: 127.0.0.1:8081, config_dir: rl}\n"))
+						if upstreamOK != (err == nil) {
+							t.Errorf("envoyproxy/ratelimit %s accepts it: %t; sluice: %v\nits log:\n%s", r.Name, upstreamOK, err, peer.Log())
+						}
+					})
+				}
+			}
+			if n < 20 {
+				t.Fatalf("%d descriptor files in %s; want upstream's 20 or more", n, src)
+			}
+		})
+	}
 }
