@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"image/png"
 	"math"
 	"net/netip"
@@ -671,9 +670,10 @@ func TestPatternConflict(t *testing.T) {
 func TestDistinct(t *testing.T) {
 	for _, n := range []int{0, 1, 10, 1000, 50000, 300000} {
 		var d distinct
-		seed := maphash.MakeSeed()
+		// hashed as the workers hash keys: the same estimate every run
+		// (a random seed failed one run in a few hundred, 5.5% off)
 		for i := range n {
-			d.add(maphash.String(seed, strconv.Itoa(i))) // as keys are hashed
+			d.add(hashBytes([]byte("10.0." + strconv.Itoa(i))))
 		}
 		got := d.count()
 		if diff := math.Abs(float64(got - int64(n))); diff > 0.05*float64(n)+1 {

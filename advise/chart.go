@@ -12,9 +12,9 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// writeCharts writes one chart per class into dir: the share of (key,
-// second) samples at each count on a log scale, with the p99 and the
-// proposed rate as vertical lines.
+// writeCharts writes one chart per class into dir: the distribution the
+// proposal was read from (chartOf) on a log scale, with the p99 the rule
+// reads and the proposed rate as vertical lines.
 func writeCharts(dir, format string, rep *Report) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -38,26 +38,33 @@ func writeSVGChart(path string, c ClassReport) error {
 	return os.WriteFile(path, []byte(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+svgChart(c, true)), 0o644)
 }
 
-// writeChart writes the PNG chart of c.
+// writeChart writes the PNG chart of c: the same data as its SVG chart
+// (chartOf), one bar per count.
 func writeChart(path string, c ClassReport) error {
+	d := chartOf(c)
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s callers: %s", c.Match, c.Caller, c.Policy)
-	p.Y.Label.Text = "share of (key, second) samples"
+	p.Y.Label.Text = "share of " + d.noun + "s"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	limit := float64(chartScale(c)) // the data's extent, not the proposal's
-	p.X.Label.Text = "requests per second of one key"
-	if float64(c.PerSecond.Max) > limit {
-		p.X.Label.Text += fmt.Sprintf(" (cut at %.0f; max %d)", limit, c.PerSecond.Max)
+	limit := float64(chartScale(d)) // the data's extent, not the proposal's
+	p.X.Label.Text = d.axis
+	var total float64
+	maxCount := uint32(0)
+	for _, b := range d.bins {
+		total += float64(b.Freq)
+		maxCount = max(maxCount, b.Count)
 	}
-	if c.Proposal.Rate > limit {
+	if float64(maxCount) > limit {
+		p.X.Label.Text += fmt.Sprintf(" (cut at %.0f; max %d)", limit, maxCount)
+	}
+	if d.rate > limit {
 		p.X.Label.Text += fmt.Sprintf(" (proposed rate %s off the scale)", c.Rate)
 	}
-	total := float64(c.PerSecond.Samples)
 	h := &plotter.Histogram{Width: 1, FillColor: color.RGBA{R: 80, G: 120, B: 200, A: 255}, LogY: true}
 	h.LineStyle.Width = vg.Points(0.5)
 	minShare := 1.0
-	for _, b := range c.Histogram {
+	for _, b := range d.bins {
 		if float64(b.Count) > limit {
 			break
 		}
@@ -69,9 +76,11 @@ func writeChart(path string, c ClassReport) error {
 		h.Bins = append(h.Bins, plotter.HistogramBin{Min: 0.5, Max: 1.5, Weight: 1})
 	}
 	p.Add(h)
-	p.Legend.Add("samples", h)
+	p.Legend.Add(d.noun+"s", h)
 	lo := minShare / 2
-	vline := func(x float64, label string, col color.Color, dashed bool) error {
+	// a line at v sits between the bars of the counts up to v and above
+	vline := func(v float64, label string, col color.Color, dashed bool) error {
+		x := math.Floor(v) + 0.5
 		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: 1}})
 		if err != nil {
 			return err
@@ -85,10 +94,10 @@ func writeChart(path string, c ClassReport) error {
 		p.Legend.Add(label, l)
 		return nil
 	}
-	if err := vline(float64(c.PerSecond.P99), fmt.Sprintf("p99 = %d/s", c.PerSecond.P99), color.RGBA{R: 230, G: 150, A: 255}, true); err != nil {
+	if err := vline(float64(d.p99), d.p99Label, color.RGBA{R: 230, G: 150, A: 255}, true); err != nil {
 		return err
 	}
-	if err := vline(c.Proposal.Rate, fmt.Sprintf("proposed rate %s, burst %d", c.Rate, c.Proposal.Burst), color.RGBA{R: 200, A: 255}, false); err != nil {
+	if err := vline(d.rate, d.rateLabel, color.RGBA{R: 200, A: 255}, false); err != nil {
 		return err
 	}
 	p.Legend.Top = true

@@ -16,19 +16,19 @@ func TestChartScaledToData(t *testing.T) {
 		Proposal:  Proposal{Rate: 500, Burst: 2500},
 		PerSecond: Dist{Samples: 10003, Requests: 20000, P99: 4, Max: 9000},
 		Histogram: []Bin{{1, 6000}, {2, 3000}, {3, 900}, {4, 90}, {5, 10}, {7, 2}, {9000, 1}}}
-	if x := chartScale(c); x < 5 || x > 10 { // the 99.9th percentile is 5
+	if x := chartScale(chartOf(c)); x < 5 || x > 10 { // the 99.9th percentile is 5
 		t.Errorf("x axis to %d: want the data's extent, about 5", x)
 	}
 	svg := svgChart(c, true)
 	checkSVG(t, c.Match, svg)
-	for _, want := range []string{"off the scale", "3 samples beyond the axis", "10003 (key, second) samples"} {
+	for _, want := range []string{"off the scale", "3 (key, second) samples beyond the axis", "10003 (key, second) samples"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}
 	}
 	// a proposal just above the data widens the axis to show it
 	c.Proposal.Rate, c.Rate = 9, "9/s"
-	if x := chartScale(c); x < 9 {
+	if x := chartScale(chartOf(c)); x < 9 {
 		t.Errorf("x axis to %d: the rate 9/s, within twice the data, should be on it", x)
 	}
 	if svg := svgChart(c, true); strings.Contains(svg, "off the scale") {

@@ -10,8 +10,8 @@ import (
 )
 
 // The HTML report (--html) is one file a person reads: a summary table,
-// then per class its distribution chart with the proposed rate and the
-// sample count, the busiest keys, the keys set apart, and the replay with
+// then per class the chart of the distribution its rate was read from
+// with the proposed rate (chartOf), the busiest keys, the keys set apart, and the replay with
 // its what-ifs. It needs nothing else: the charts are inline SVG, the
 // style is inline, there is no script. Everything read from the log goes
 // through html/template, which escapes it for where it lands; the charts

@@ -32,6 +32,9 @@ type source struct {
 	// start and end delimit the part read, in bytes of the decompressed
 	// input; end -1 reads to the end (a segment, see reorder.go)
 	start, end int64
+	// parts, when set, are segments whose times overlap, read at once
+	// and merged in time order (merge.go); file is the first's
+	parts []source
 }
 
 // span locates bytes in a batch's arena.
@@ -197,9 +200,28 @@ func isGzip(f *os.File) bool {
 func decompress(r *bufio.Reader) (io.Reader, error) {
 	magic, err := r.Peek(2)
 	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		return gzip.NewReader(r)
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, err
+		}
+		return gzipCut{zr}, nil
 	}
 	return r, nil
+}
+
+// errGzipCut is a gzip stream that ends before its end.
+var errGzipCut = errors.New("gzip stream cut short")
+
+// gzipCut tells a gzip stream cut short from the end of the input: the
+// lines before the cut are read, and the run says the input ended early.
+type gzipCut struct{ r io.Reader }
+
+func (g gzipCut) Read(b []byte) (int, error) {
+	n, err := g.r.Read(b)
+	if err == io.ErrUnexpectedEOF {
+		err = errGzipCut
+	}
+	return n, err
 }
 
 // pipeline reads sources in order and parses their lines on all CPUs,
@@ -211,6 +233,7 @@ type pipeline struct {
 	spool   *os.File // pass 1 copies standard input here for the replay
 	newWork func() func(b *batch)
 	prog    *progress
+	fields  map[fieldKind][]string // the field names of the log, to read times when merging
 
 	mu       sync.Mutex
 	warnings []string // inputs that ended early, read up to the damage
@@ -270,8 +293,11 @@ func (pl *pipeline) read(free, work, ordered chan *batch, stop chan struct{}) er
 	return nil
 }
 
-func (pl *pipeline) readSource(src source, free, work, ordered chan *batch, stop chan struct{}) error {
+// open returns the decompressed bytes of src from its start to its end,
+// counted in the progress, and what closes it.
+func (pl *pipeline) open(src source) (io.Reader, func(), error) {
 	var in io.Reader
+	closeFn := func() {}
 	skip := src.start // bytes to decompress and drop before the segment
 	if src.name == "-" {
 		in = pl.stdin
@@ -281,9 +307,9 @@ func (pl *pipeline) readSource(src source, free, work, ordered chan *batch, stop
 	} else {
 		f, err := os.Open(src.name)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		defer f.Close()
+		closeFn = func() { f.Close() }
 		in = f
 		if skip > 0 && !isGzip(f) {
 			in, skip = io.NewSectionReader(f, skip, 1<<62), 0
@@ -292,18 +318,41 @@ func (pl *pipeline) readSource(src source, free, work, ordered chan *batch, stop
 	br := bufio.NewReaderSize(countingReader{in, pl.prog}, 256<<10)
 	r, err := decompress(br)
 	if err != nil {
-		return fmt.Errorf("%s: %w", src.name, err)
+		closeFn()
+		return nil, nil, fmt.Errorf("%s: %w", src.name, err)
 	}
-	pos := src.start // of the next byte read from r
 	if skip > 0 {
 		// a segment of a gzip input: decompress up to it
 		if _, err := io.CopyN(io.Discard, r, skip); err != nil {
-			return fmt.Errorf("%s: %w", src.name, err)
+			closeFn()
+			return nil, nil, fmt.Errorf("%s: %w", src.name, err)
 		}
 	}
 	if src.end >= 0 {
-		r = io.LimitReader(r, src.end-pos)
+		r = io.LimitReader(r, src.end-src.start)
 	}
+	return r, closeFn, nil
+}
+
+func (pl *pipeline) readSource(src source, free, work, ordered chan *batch, stop chan struct{}) error {
+	var r io.Reader
+	if len(src.parts) > 0 {
+		// inputs whose times overlap, read at once (merge.go)
+		mr, err := pl.merge(src.parts)
+		if err != nil {
+			return err
+		}
+		defer mr.close()
+		r = mr
+	} else {
+		in, closeFn, err := pl.open(src)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		r = in
+	}
+	pos := src.start // of the next byte read from r
 	carry := make([]byte, 0, chunkSize)
 	line := int64(1)
 	skipping := false // inside a line longer than a chunk

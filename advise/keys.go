@@ -143,6 +143,10 @@ type KeyStats struct {
 	// --top; SetApart counts them all).
 	WouldLimit []LimitedKey `json:"would_limit,omitempty"`
 	SetApart   int          `json:"set_apart"`
+	// AboveRate is how many of the normal keys had a busiest minute
+	// above the proposed rate (more than the rate × 60 requests): those
+	// the chart draws right of the proposal's line.
+	AboveRate int `json:"above_rate"`
 	// FewCallers is set when fewer than fewCallers normal keys size the
 	// proposal: its busiest callers may still set it.
 	FewCallers bool `json:"few_callers,omitempty"`
@@ -338,3 +342,22 @@ func reburst(rep *Report, m *measurer, o Options) {
 		c.Proposal, c.Keys.PeakSecondP99, c.Keys.NeedP99 = p, ks.PeakSecondP99, ks.NeedP99
 	}
 }
+
+// peakMinutes is the histogram of the busiest minutes of keys, and how
+// many of them are above rate (per second): more than rate × 60 requests
+// in their busiest minute.
+func peakMinutes(keys []*keySum, rate float64) (bins []Bin, above int) {
+	var h hist
+	perMinute := perMinuteOf(rate)
+	for _, k := range keys {
+		h.add(k.peakMin, 1)
+		if float64(k.peakMin) > perMinute {
+			above++
+		}
+	}
+	return h.bins(), above
+}
+
+// perMinuteOf is a rate per second per minute, rounded to a millionth so
+// that a whole number per minute stays whole.
+func perMinuteOf(rate float64) float64 { return math.Round(rate*60*1e6) / 1e6 }

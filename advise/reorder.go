@@ -21,14 +21,15 @@ import (
 // (time, pattern hash, key hash), so that even the order in which new
 // endpoints are registered does not depend on the input's order.
 //
-// A second look for files: while measuring, the advisor cuts each file
-// into segments, a new one wherever a line is more than maxReorder older
-// than the newest line of the segment so far (where one rotated file ends
-// and an older one begins), and notes each segment's time span and its
-// own disorder. When lines were late, and every input is a file, it
-// measures again, reading the segments oldest first with a window wide
-// enough for every line of them (up to maxReorder). Standard input is
-// read once, with the stated window.
+// A second look: while measuring, the advisor cuts each input into
+// segments, a new one wherever a line is more than maxReorder older than
+// the newest line of the segment so far (where one rotated file ends and
+// an older one begins), and notes each segment's time span and its own
+// disorder. When lines were late it measures again (standard input from
+// its spool), reading the segments oldest first with a window wide enough
+// for every line of them (up to maxReorder); segments whose times overlap
+// (two servers' logs) are read at once, their lines merged by time
+// (merge.go).
 
 // defaultReorder is the stated reorder window, in seconds: a log
 // shuffled within each minute is up to 59 s out of order.
@@ -226,20 +227,30 @@ func (sg *segmenter) note(file int, off int64, sec int64) {
 	sg.segs = append(sg.segs, segment{file: file, start: off, end: -1, min: sec, max: sec})
 }
 
-// plan orders the segments oldest first and returns them with the reorder
-// window that absorbs every line read in that order; ok is false when no
-// window up to maxReorder does.
-func (sg *segmenter) plan() (segs []segment, window int64, ok bool) {
+// plan orders the segments oldest first, in groups read one after the
+// other, and returns them with the reorder window that absorbs every line
+// read so; ok is false when no window up to maxReorder does. Segments
+// whose times overlap by more than defaultReorder (files of two servers,
+// or rotated files that overlap) are one group, read at once and merged
+// by time (merge.go): merged, they are out of order by no more than the
+// most out of order of them.
+func (sg *segmenter) plan() (groups [][]segment, window int64, ok bool) {
 	if sg.overflow || len(sg.segs) == 0 {
 		return nil, 0, false
 	}
-	segs = slices.Clone(sg.segs)
+	segs := slices.Clone(sg.segs)
 	slices.SortStableFunc(segs, func(a, b segment) int { return cmp.Compare(a.min, b.min) })
 	newest := segs[0].min
-	for _, s := range segs {
-		window = max(window, s.lag, newest-s.min)
+	for i, s := range segs {
+		window = max(window, s.lag)
+		if i > 0 && s.min < newest-defaultReorder {
+			groups[len(groups)-1] = append(groups[len(groups)-1], s)
+		} else {
+			window = max(window, newest-s.min)
+			groups = append(groups, []segment{s})
+		}
 		newest = max(newest, s.max)
 	}
 	window = max(window, defaultReorder)
-	return segs, window, window <= maxReorder
+	return groups, window, window <= maxReorder
 }

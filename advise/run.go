@@ -125,6 +125,11 @@ type ClassReport struct {
 	// Histogram is the per-second distribution: each count with its
 	// number of (key, second) samples, by increasing count.
 	Histogram []Bin `json:"per_second_histogram"`
+	// PeakMinutes is the distribution the keys reading sizes the rate
+	// on: each busiest-minute count with how many of the callers that
+	// size the proposal (KeyStats.Normal) had it, by increasing count.
+	// The charts draw it (chartOf).
+	PeakMinutes []Bin `json:"peak_minute_histogram,omitempty"`
 	// Keys is the per-key view: how many callers, which size the
 	// proposal, and those set apart as ones it would limit.
 	Keys KeyStats `json:"keys"`
@@ -158,6 +163,9 @@ type Order struct {
 	// Reread is set when the files were measured a second time, their
 	// segments oldest first, with a window sized from the first reading.
 	Reread bool `json:"reread,omitempty"`
+	// Merged is how many segments were read at once, their lines merged
+	// by time, because their times overlap (files of two servers).
+	Merged int `json:"merged,omitempty"`
 	// Late is the number of lines the final window could not absorb;
 	// each was counted in the oldest second still open.
 	Late int64 `json:"late"`
@@ -297,6 +305,20 @@ func Run(o Options) (*Report, error) {
 		rep.Order.MaxLagSeconds = m.seg.maxLag
 		rep.Order.Segments = len(m.seg.segs)
 	}
+	// runPass reads srcs again (standard input from its spool) into fn,
+	// with a progress line of its own: the bytes and lines read against
+	// the inputs' size.
+	runPass := func(what string, srcs []source, fn func(b *batch)) error {
+		p := &progress{}
+		stopBar := startBar(show, o.stderr, what, p, passSize(srcs, spool))
+		defer stopBar()
+		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: p, fields: o.Fields}
+		return pl.run(func(b *batch) error {
+			fn(b)
+			p.lines.Add(b.lines)
+			return nil
+		})
+	}
 	// remeasure reads srcs again into a fresh measurer of cls that counts
 	// from the window's start, now known (a pass read the newest line).
 	remeasure := func(what string, srcs []source, cls *classes, reorder int64, perKey bool, start int64) (*measurer, error) {
@@ -308,11 +330,7 @@ func Run(o Options) (*Report, error) {
 			}
 		}
 		t := time.Now()
-		stopBar := startBar(show, o.stderr, what, &progress{}, 0)
-		pl := &pipeline{sources: srcs, stdin: spool, newWork: newWork, prog: &progress{}}
-		err := pl.run(func(b *batch) error { m.batch(b); return nil })
-		stopBar()
-		if err != nil {
+		if err := runPass(what, srcs, m.batch); err != nil {
 			return nil, err
 		}
 		m.ro.flush()
@@ -323,14 +341,22 @@ func Run(o Options) (*Report, error) {
 		// Too far out of order for the window: read the segments again,
 		// oldest first, with a window that absorbs them. Standard input
 		// is read again from its spool.
-		if segs, w, ok := m.seg.plan(); ok {
-			planned := make([]source, len(segs))
-			for i, sg := range segs {
-				planned[i] = srcs[sg.file]
-				if planned[i].name == "-" {
-					planned[i].name = spool.Name()
+		if groups, w, ok := m.seg.plan(); ok {
+			planned := make([]source, len(groups))
+			for i, g := range groups {
+				parts := make([]source, len(g))
+				for j, sg := range g {
+					parts[j] = srcs[sg.file]
+					if parts[j].name == "-" {
+						parts[j].name = spool.Name()
+					}
+					parts[j].start, parts[j].end = sg.start, sg.end
 				}
-				planned[i].start, planned[i].end = sg.start, sg.end
+				planned[i] = parts[0]
+				if len(parts) > 1 {
+					planned[i] = source{name: "merged", file: parts[0].file, end: -1, parts: parts}
+					rep.Order.Merged += len(parts)
+				}
 			}
 			cls = freshClasses(cls, o.Config != "")
 			m2, err := remeasure("measuring again, in time order", planned, cls, w, o.Config != "", m.windowStart())
@@ -417,11 +443,8 @@ func Run(o Options) (*Report, error) {
 		}
 		bp := newBurstPass(m, cls, start, reorderWindow, rates)
 		t4 := time.Now()
-		stopBar := startBar(show, o.stderr, "measuring the bursts", &progress{}, total)
-		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: &progress{}}
-		err := pl.run(func(b *batch) error { bp.batch(b); return nil })
+		err := runPass("measuring the bursts", replaySrcs, bp.batch)
 		bp.finish()
-		stopBar()
 		if err != nil {
 			return nil, err
 		}
@@ -457,17 +480,9 @@ func Run(o Options) (*Report, error) {
 				return nil, err
 			}
 		}
-		prog2 := &progress{}
 		t1 := time.Now()
-		stopBar := startBar(show, o.stderr, "replaying", prog2, total)
-		pl := &pipeline{sources: replaySrcs, stdin: spool, newWork: newWork, prog: prog2}
-		err := pl.run(func(b *batch) error {
-			prog2.lines.Add(b.lines)
-			rp.batch(b)
-			return nil
-		})
+		err := runPass("replaying", replaySrcs, rp.batch)
 		rp.finish()
-		stopBar()
 		if err != nil {
 			return nil, err
 		}
@@ -554,6 +569,7 @@ func proposeClasses(rep *Report, m *measurer, cls *classes, fromConfig bool, pol
 		} else {
 			cr.Proposal, cr.Keys = proposeByKeys(normal, int64(o.MinBurst))
 			staticFloor(&cr.Proposal, cr.Match)
+			cr.PeakMinutes, cr.Keys.AboveRate = peakMinutes(normal, cr.Proposal.Rate)
 		}
 		cr.Keys.Keys, cr.Keys.SetApart = len(keysOf[c]), len(limited)
 		if len(limited) > 0 {
@@ -833,4 +849,38 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fk", float64(n)/1e3)
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// passSize is what a pass over srcs reads, in bytes, for its progress
+// line: each file's size, or of the spool of standard input, less what a
+// segment skips (of a plain file; a gzip file is counted whole).
+func passSize(srcs []source, spool *os.File) int64 {
+	var n int64
+	for _, s := range srcs {
+		if len(s.parts) > 0 {
+			n += passSize(s.parts, spool)
+			continue
+		}
+		f := spool
+		if s.name != "-" && (spool == nil || s.name != spool.Name()) {
+			var err error
+			if f, err = os.Open(s.name); err != nil {
+				continue
+			}
+			defer f.Close()
+		}
+		st, err := f.Stat()
+		if err != nil {
+			continue
+		}
+		size := st.Size()
+		if !isGzip(f) {
+			if s.end >= 0 {
+				size = min(size, s.end)
+			}
+			size -= min(size, s.start)
+		}
+		n += size
+	}
+	return n
 }

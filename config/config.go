@@ -109,7 +109,10 @@ type Redis struct {
 	ClusterAddrs []string      `yaml:"cluster_addrs"`
 	Sentinel     Sentinel      `yaml:"sentinel"`
 	Timeout      time.Duration `yaml:"timeout"` // default 50ms
-	TLS          RedisTLS      `yaml:"tls"`
+	// PoolSize is the connections kept per Redis node; 0: sluice's own,
+	// sized to the calls it sends at once.
+	PoolSize int      `yaml:"pool_size"`
+	TLS      RedisTLS `yaml:"tls"`
 	// Username of an ACL user, and where its password is: a file
 	// (password_file, relative to the configuration file; a trailing
 	// newline is dropped) or an environment variable (password_env), so

@@ -47,6 +47,11 @@ type EnvoyRLS struct {
 	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does (the domain,
 	// the descriptors, and the metadata: of the limits that passed).
 	DynamicMetadata bool `yaml:"response_dynamic_metadata"`
+	// Upstream, when set, serves as envoyproxy/ratelimit does (`sluice
+	// ratelimit`, FromUpstreamEnv): ConfigDir is read the way it reads
+	// its runtime directory, and its HTTP endpoints are served. Never
+	// from YAML.
+	Upstream *Upstream `yaml:"-"`
 
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor
@@ -312,20 +317,17 @@ func (v *validator) envoyRLS() {
 	}
 	dir := v.path(e.ConfigDir)
 	e.dir = dir
-	entries, err := os.ReadDir(dir)
+	files, _, skipped, err := e.listFiles()
 	if err != nil {
 		v.fail("envoy_rls.config_dir", "cannot read the descriptor files: %v; want a directory of envoyproxy/ratelimit YAML files", err)
 		return
 	}
-	var files []string
-	for _, de := range entries {
-		name := de.Name()
-		if ext := filepath.Ext(name); (ext == ".yaml" || ext == ".yml") && !de.IsDir() {
-			files = append(files, filepath.Join(dir, name))
-		}
+	if len(files) == 0 && len(skipped) > 0 {
+		v.fail("envoy_rls.config_dir", "%s holds %d files (such as %s) but none named *.yaml or *.yml, so no descriptor would be loaded; rename them", dir, len(skipped), filepath.Base(skipped[0]))
+		return
 	}
 	if len(files) > maxRLSFiles {
-		v.fail("envoy_rls.config_dir", "%s holds %d YAML files; want at most %d", dir, len(files), maxRLSFiles)
+		v.fail("envoy_rls.config_dir", "%s holds %d descriptor files; want at most %d", dir, len(files), maxRLSFiles)
 		return
 	}
 	l := &rlsLoader{v: v, domains: make(map[string]*RLSDescriptor), where: make(map[string]string), names: make(map[string]string)}

@@ -167,6 +167,9 @@ func (v *validator) store() {
 	if s.MaxKeys < 0 {
 		v.fail("store.max_keys", "%d: want the most keys the in-memory store holds, such as 1000000", s.MaxKeys)
 	}
+	if s.Redis.PoolSize < 0 {
+		v.fail("store.redis.pool_size", "%d: want the connections per Redis node, such as 10, or 0 for sluice's own", s.Redis.PoolSize)
+	}
 	if s.Redis.Timeout < 0 {
 		v.fail("store.redis.timeout", "%v: want a positive duration such as 50ms", s.Redis.Timeout)
 	}
@@ -181,7 +184,13 @@ func (v *validator) store() {
 	if r.URL != "" {
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") || (u.Scheme != "unix" && u.Host == "") {
-			v.fail("store.redis.url", "%q: want redis://[user:password@]host:port[/db], or rediss://… for TLS", redisstore.RedactURL(r.URL))
+			v.fail("store.redis.url", "%q: want redis://[user:password@]host:port[/db], rediss://… for TLS, or unix:///path/to/redis.sock[?db=N]", redisstore.RedactURL(r.URL))
+		} else if u.Scheme == "unix" {
+			if u.Path == "" {
+				v.fail("store.redis.url", "%q: want the socket's path, such as unix:///var/run/redis/redis.sock", redisstore.RedactURL(r.URL))
+			} else if len(r.ClusterAddrs) > 0 || r.Sentinel.Master != "" {
+				v.fail("store.redis.url", "%q: a unix socket reaches one server; drop cluster_addrs or sentinel, or use redis://", redisstore.RedactURL(r.URL))
+			}
 		} else if db := strings.Trim(u.Path, "/"); db != "" {
 			if _, err := strconv.ParseUint(db, 10, 8); err != nil {
 				v.fail("store.redis.url", "%q: database %q is not a number; want e.g. /0", redisstore.RedactURL(r.URL), db)

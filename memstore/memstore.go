@@ -5,7 +5,10 @@
 // takes no shard lock: it locks the key's slot alone, with one
 // compare-and-swap on the cache line that holds the key's state, so checks
 // of different keys never contend and checks of one hot key wait only for
-// each other's few nanoseconds of arithmetic. New keys, keys of several
+// each other's few nanoseconds of arithmetic. A check that still finds the
+// slot locked after a few tries queues on its shard's parking mutex, so
+// many callers of one hot key do not burn the cores spinning while a
+// holder waits for one (see table). New keys, keys of several
 // rules, the sweep and eviction take the shard's mutex. A check on a key
 // that exists allocates nothing. A key is held as its 64-bit hash (maphash, with a seed drawn
 // per store, so no caller can aim for a collision; 58 of its bits tell keys
@@ -153,7 +156,7 @@ func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	if len(req.Rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
 			res := sluice.Decide(sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
-			sl.fullAt = after(now, res.ResetAfter)
+			sl.fullAt = after(asOf(sl.b[:], req.Rules, now), res.ResetAfter)
 			sl.unlock()
 			return res
 		}
@@ -183,7 +186,7 @@ func (s *Store) AdjustAt(key string, delta int64, rules []sluice.Rule, now int64
 	if len(rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
 			res := sluice.AdjustBuckets(sl.b[:], rules, now, delta)
-			sl.fullAt = after(now, res.ResetAfter)
+			sl.fullAt = after(asOf(sl.b[:], rules, now), res.ResetAfter)
 			sl.unlock()
 			return res
 		}
@@ -289,13 +292,30 @@ func (sh *shard) entry(s *Store, hash uint64, rules []sluice.Rule, now int64) *s
 	return sl
 }
 
-// fullAt is the time, in Unix µs, when every bucket of b is full again:
-// for one rule, the result's ResetAfter says it already.
+// fullAt is the time, in Unix µs, when every bucket of b is full again
+// after a decision at now: for one rule, the result's ResetAfter says it
+// already, counted from the time the state is as of.
 func fullAt(b []sluice.Bucket, rules []sluice.Rule, now int64, res sluice.Result) int64 {
+	at := asOf(b, rules, now)
 	if len(rules) == 1 {
-		return after(now, res.ResetAfter)
+		return after(at, res.ResetAfter)
 	}
-	return after(now, sluice.ExpiryAfter(b, rules, now, 0))
+	return after(at, sluice.ExpiryAfter(b, rules, at, 0))
+}
+
+// asOf is the time the rolling buckets of b are as of after a decision at
+// now. That is a later time than now when a check read its clock before
+// another check of the key that took the lock first: the buckets then
+// keep the later time, their tokens are as of then, and so is the wait
+// until they are full (counting it from now would let the sweep drop the
+// key, and hand back a full bucket, that much too early).
+func asOf(b []sluice.Bucket, rules []sluice.Rule, now int64) int64 {
+	for i, r := range rules {
+		if r.Period == sluice.Rolling && b[i].Last > now {
+			now = b[i].Last
+		}
+	}
+	return now
 }
 
 // after is now + d in Unix µs, saturating rather than wrapping (d ≥ 0).

@@ -2,7 +2,9 @@ package memstore
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -16,9 +18,16 @@ import (
 // their buckets in extra.
 //
 // Every slot carries its own lock, a bit of its id. A check of a one-rule
-// key that exists takes no other lock: it finds the slot in the published
-// array, locks the slot by compare-and-swap from the id it looked for, and
-// unlocks it by storing the id back (lockExisting). Everything that changes
+// key that exists takes no other lock when the slot is free: it finds the
+// slot in the published array, locks the slot by compare-and-swap from the
+// id it looked for, and unlocks it by storing the id back (lockExisting).
+// A check that finds the slot locked tries a few more times, then queues on
+// the table's queue mutex, which parks it: only the head of the queue keeps
+// trying the slot, so a hot key checked by many callers at once costs one
+// waiter's spinning per shard, not one per caller; and a head that still
+// finds the slot locked after a few hundred tries sleeps between tries,
+// since the holder's thread is then off its core (more threads than cores,
+// or the holder preempted), and spinning would only keep it off. Everything that changes
 // which key a slot holds (insert, the moves of a backward shift, grow,
 // sweep, evict) runs under the shard's mutex and locks every slot it reads
 // or writes, so:
@@ -33,6 +42,7 @@ import (
 //     locked path, which sees the table as it is.
 type table struct {
 	cur   atomic.Pointer[[]slot] // the published array, for lockExisting
+	queue sync.Mutex             // the checks that found their slot locked, but its holder
 	slots []slot                 // the same array, for writers; length a power of two, or nil
 	used  int
 	extra map[uint64][]sluice.Bucket // by id, for keys of 2 or more rules
@@ -56,7 +66,21 @@ const (
 	maxLoad  = 3 // of 4
 	minSlots = 8
 
-	spinsBeforeYield = 1024
+	// spinsBeforeQueue is how many times a check tries a locked slot
+	// before it queues: a lock is held for a few tens of nanoseconds, so
+	// a free slot is usually seen within these, and a slot still held
+	// after them has a holder that is waiting for a core.
+	spinsBeforeQueue = 16
+	// spinsBeforeYield is how often the head of the queue, and a writer,
+	// let the goroutines of their core run while they wait for a slot.
+	spinsBeforeYield = 64
+	// spinsBeforeSleep is how long the head of the queue spins and yields
+	// before it sleeps, from a microsecond up to maxPause, doubling: a
+	// slot held that long has a holder whose thread the operating system
+	// took off its core (more threads than cores), and the sleep gives the
+	// core back to it.
+	spinsBeforeSleep = 4 * spinsBeforeYield
+	maxPause         = 100 * time.Microsecond
 )
 
 func makeID(hash uint64, rules int) uint64 { return hash&^(1<<idBits-1) | uint64(rules) }
@@ -77,8 +101,11 @@ func (t *table) lockExisting(id uint64) *slot {
 	for i := home(id, mask); ; i = (i + 1) & mask {
 		s := &slots[i]
 		v := s.id.Load()
+		if v == id && s.id.CompareAndSwap(id, id|lockBit) {
+			return s // the common case: a free slot, one compare-and-swap
+		}
 		if v&^lockBit == id {
-			if s.lockID(id) {
+			if t.waitID(s, id) {
 				return s
 			}
 			return nil
@@ -89,23 +116,43 @@ func (t *table) lockExisting(id uint64) *slot {
 	}
 }
 
-// lockID waits while s is locked and locks it if it still holds id; false
-// means a writer gave s another id.
-func (s *slot) lockID(id uint64) bool {
-	for n := 1; ; n++ {
-		switch s.id.Load() {
-		case id:
-			if s.id.CompareAndSwap(id, id|lockBit) {
-				return true
-			}
-		case id | lockBit:
-		default:
-			return false
+// waitID waits while s is locked and locks it if it still holds id; false
+// means a writer gave s another id. It tries spinsBeforeQueue times, then
+// queues behind the other waiters of the table (see table).
+func (t *table) waitID(s *slot, id uint64) bool {
+	for range spinsBeforeQueue {
+		if locked, done := s.tryID(id); done {
+			return locked
 		}
-		if n%spinsBeforeYield == 0 {
+	}
+	t.queue.Lock()
+	defer t.queue.Unlock()
+	pause := time.Microsecond
+	for n := 1; ; n++ {
+		if locked, done := s.tryID(id); done {
+			return locked
+		}
+		switch {
+		case n >= spinsBeforeSleep:
+			time.Sleep(pause)
+			pause = min(2*pause, maxPause)
+		case n%spinsBeforeYield == 0:
 			runtime.Gosched()
 		}
 	}
+}
+
+// tryID tries once to lock s if it holds id: done is false while another
+// holds it, and then the caller tries again.
+func (s *slot) tryID(id uint64) (locked, done bool) {
+	switch s.id.Load() {
+	case id:
+		locked = s.id.CompareAndSwap(id, id|lockBit)
+		return locked, locked
+	case id | lockBit:
+		return false, false
+	}
+	return false, true
 }
 
 // lock waits for s to be unlocked and locks it, whatever id it holds, for

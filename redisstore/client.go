@@ -62,6 +62,7 @@ type ClientOptions struct {
 // connect; call Ping to find a wrong password or certificate at start.
 func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 	u := &redis.UniversalOptions{}
+	unix := false
 	if opts.URL != "" {
 		parsed, err := redis.ParseURL(opts.URL)
 		if err != nil {
@@ -71,6 +72,9 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 		}
 		u.Addrs = []string{parsed.Addr}
 		u.Username, u.Password, u.DB, u.TLSConfig = parsed.Username, parsed.Password, parsed.DB, parsed.TLSConfig
+		if parsed.Network == "unix" {
+			unix = true // go-redis dials an Addr that starts with "/" as a unix socket
+		}
 	}
 	if len(opts.ClusterAddrs) > 0 {
 		u.Addrs = opts.ClusterAddrs
@@ -112,6 +116,9 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 		timeout = 50 * time.Millisecond
 	}
 	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
+	if unix && (len(opts.ClusterAddrs) > 0 || opts.SentinelMaster != "") {
+		return nil, errors.New("redisstore: a unix socket url reaches one server; use redis:// with cluster or sentinel addresses")
+	}
 	u.PoolSize = opts.PoolSize
 	if opts.FailFast {
 		u.DialerRetries, u.MaxRetries = 1, -1

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -75,5 +77,33 @@ func TestNewClientRejectsBadOptions(t *testing.T) {
 			c.Close()
 			t.Errorf("NewClient(%+v) accepted", o)
 		}
+	}
+}
+
+// TestNewClientUnixSocket: a unix:// URL reaches Redis on its socket (the
+// path is not read as a database number), with the database of ?db=.
+func TestNewClientUnixSocket(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithUnixSocket())
+	client, err := redisstore.NewClient(redisstore.ClientOptions{URL: "unix://" + srv.UnixSocket() + "?db=3", Timeout: clientTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if err := client.Set(ctx, "where", "socket", 0).Err(); err != nil {
+		t.Fatalf("over the socket: %v", err)
+	}
+	opts := srv.Options()
+	opts.DB = 3
+	db3 := redis.NewClient(opts)
+	defer db3.Close()
+	if v, err := db3.Get(ctx, "where").Result(); err != nil || v != "socket" {
+		t.Fatalf("database 3 over TCP: %q, %v; want the key written over the socket", v, err)
+	}
+	rs := redisstore.New(client, redisstore.Options{})
+	if r, err := rs.Check(ctx, sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 1}}}); err != nil || !r.Allowed {
+		t.Fatalf("check over the socket: %+v, %v", r, err)
+	}
+	if _, err := redisstore.NewClient(redisstore.ClientOptions{URL: "unix://" + srv.UnixSocket(), ClusterAddrs: []string{"127.0.0.1:1"}}); err == nil {
+		t.Error("a unix socket with cluster addresses: no error")
 	}
 }

@@ -35,6 +35,9 @@ Commands:
                         A change of the file applies on its own (it is
                         watched), and on SIGHUP; SIGTERM drains and shuts
                         down gracefully, SIGINT without the drain delay.
+  ratelimit             a drop-in for envoyproxy/ratelimit: Envoy's rate limit
+                        service configured by its environment variables alone
+                        (REDIS_URL, RUNTIME_ROOT, GRPC_PORT, …; docs/envoy.md).
   check-config FILE     validate a configuration file; exit status 2 and
                         every problem (file:line: field: what is wrong) when
                         it is invalid.
@@ -72,6 +75,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return serve(rest, stdout, stderr)
 	case "check-config":
 		return checkConfig(rest, stdout, stderr)
+	case "ratelimit":
+		return ratelimit(rest, os.Environ(), stdout, stderr)
 	case "demo":
 		return runDemo(rest, stdout, stderr)
 	case "demo-upstream":
@@ -215,9 +220,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	return runGateway("sluice serve", g, *grace, log, stderr)
+}
+
+// runGateway opens g's listeners and serves until a signal stops it:
+// SIGHUP reloads, the configuration is watched unless reload.watch is
+// off, SIGTERM drains. It returns the exit status.
+func runGateway(name string, g *gateway.Gateway, grace time.Duration, log *slog.Logger, stderr io.Writer) int {
 	if err := g.Listen(); err != nil {
 		g.Close()
-		fmt.Fprintln(stderr, "sluice serve:", err)
+		fmt.Fprintln(stderr, name+":", err)
 		return 1
 	}
 	ctx, stop := stopOnSignal(g)
@@ -236,7 +248,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	defer watchConfig(ctx, g, log)()
-	if err := g.Serve(ctx, *grace); err != nil {
+	if err := g.Serve(ctx, grace); err != nil {
 		log.Error("sluice: serve", "err", err)
 		return 1
 	}

@@ -18,7 +18,7 @@ import (
 func TestEveryHelp(t *testing.T) {
 	commands := [][]string{
 		{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"},
-		{"advise"}, {"advise", "generate"}, {"simulate"}, {"version"},
+		{"advise"}, {"advise", "generate"}, {"simulate"}, {"version"}, {"ratelimit"},
 	}
 	for _, cmd := range commands {
 		name := strings.Join(cmd, " ")
@@ -40,7 +40,7 @@ func TestEveryHelp(t *testing.T) {
 			if strings.Contains(out, "usage:") {
 				t.Errorf("sluice %s: a lower-case usage:\n%s", strings.Join(args, " "), out)
 			}
-			if name != "version" && (strings.Count(out, "\nFlags:\n") != 1 || !strings.Contains(out[strings.Index(out, "\nFlags:\n"):], "\n  -")) {
+			if name != "version" && name != "ratelimit" && (strings.Count(out, "\nFlags:\n") != 1 || !strings.Contains(out[strings.Index(out, "\nFlags:\n"):], "\n  -")) {
 				t.Errorf("sluice %s: no \"Flags:\" heading followed by the flags:\n%s", strings.Join(args, " "), out)
 			}
 		}
@@ -56,7 +56,7 @@ func TestEveryHelp(t *testing.T) {
 // TestBadFlag: a flag that does not exist is named on stderr with where to
 // find the help, and exits 2 with nothing on stdout.
 func TestBadFlag(t *testing.T) {
-	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise"}, {"advise", "generate"}, {"version"}} {
+	for _, cmd := range [][]string{{"serve"}, {"check-config"}, {"demo"}, {"demo-upstream"}, {"simulate"}, {"advise"}, {"advise", "generate"}, {"version"}, {"ratelimit"}} {
 		code, out, errOut := runBinary(t, append(cmd, "--no-such-flag")...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "-no-such-flag") || !strings.Contains(errOut, "--help") {
 			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", strings.Join(cmd, " "), code, out, errOut)

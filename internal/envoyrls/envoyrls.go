@@ -164,6 +164,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if rls.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, ds, resp.Statuses)
 	}
+	asUpstream(rls.Upstream, resp)
 	return resp, nil
 }
 

@@ -118,6 +118,7 @@ func New(source Source, opts Options) *Server {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(UpstreamServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 

@@ -32,11 +32,13 @@ const healthService = "ratelimit"
 
 // Peer is one running envoyproxy/ratelimit process with a Redis of its own.
 type Peer struct {
-	grpcAddr string
-	redis    *redistest.Server
-	dir      string
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the process has exited
+	grpcAddr  string
+	httpAddr  string // HOST:PORT, /healthcheck and /json
+	debugAddr string // DEBUG_HOST:DEBUG_PORT, /rlconfig
+	redis     *redistest.Server
+	dir       string
+	cmd       *exec.Cmd
+	done      chan struct{} // closed when the process has exited
 }
 
 // Start builds envoyproxy/ratelimit if needed and starts it on free loopback
@@ -79,12 +81,31 @@ func StartRelease(t testing.TB, r Release, redis *redistest.Server, files map[st
 			t.Fatal(err)
 		}
 	}
+	p := startIn(t, bin, dir, redis.Addr(), env)
+	p.redis = redis
+	return p
+}
+
+// StartEnv starts envoyproxy/ratelimit with the variables of env over
+// Environ's: the runtime directory and the Redis are env's to give
+// (RUNTIME_ROOT, REDIS_SOCKET_TYPE, REDIS_URL, …), the ports the
+// harness's. It waits until the peer is SERVING, as Start does.
+func StartEnv(t testing.TB, env map[string]string) *Peer {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startIn(t, bin, t.TempDir(), "", env)
+}
+
+func startIn(t testing.TB, bin, dir, redisAddr string, env map[string]string) *Peer {
+	t.Helper()
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		p, err := launch(bin, dir, redis, env)
+		p, err := launch(bin, dir, redisAddr, env)
 		if err == nil {
 			t.Cleanup(p.stop)
-			p.redis = redis
 			return p
 		}
 		last = err
@@ -99,16 +120,17 @@ func StartRelease(t testing.TB, r Release, redis *redistest.Server, files map[st
 var errAddrInUse = errors.New("address already in use")
 
 // launch starts the peer once on fresh ports and waits for its health.
-func launch(bin, dir string, redis *redistest.Server, extra map[string]string) (*Peer, error) {
+func launch(bin, dir, redisAddr string, env map[string]string) (*Peer, error) {
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	p := &Peer{grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), dir: dir, done: make(chan struct{})}
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
+	p := &Peer{grpcAddr: addr(0), httpAddr: addr(1), debugAddr: addr(2), dir: dir, done: make(chan struct{})}
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
-	cmd.Env = Environ(filepath.Join(dir, "runtime"), redis.Addr(), ports[0], ports[1], ports[2])
-	for k, v := range extra {
+	cmd.Env = Environ(filepath.Join(dir, "runtime"), redisAddr, ports[0], ports[1], ports[2])
+	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v) // the last of a name wins
 	}
 	logPath := filepath.Join(dir, "ratelimit.log")
@@ -256,6 +278,16 @@ func (p *Peer) stop() {
 		<-p.done
 	}
 }
+
+// HTTPAddr returns the host:port of the peer's HTTP listener
+// (/healthcheck, /json); DebugAddr its debug listener's (/rlconfig).
+func (p *Peer) HTTPAddr() string { return p.httpAddr }
+
+// DebugAddr: see HTTPAddr.
+func (p *Peer) DebugAddr() string { return p.debugAddr }
+
+// Signal sends sig to the peer's process.
+func (p *Peer) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Addr returns the host:port of the peer's gRPC listener.
 func (p *Peer) Addr() string { return p.grpcAddr }

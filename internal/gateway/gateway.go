@@ -54,6 +54,7 @@ import (
 // Gateway is one running `sluice serve`.
 type Gateway struct {
 	path     string
+	load     func() (*config.Config, error) // what a reload reads; nil: config.Load(path)
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	metrics  *httplimit.Metrics
@@ -365,6 +366,9 @@ func (g *Gateway) Admin() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	mux.Handle("/v1/admin/", g.adminAPI())
+	if g.Config().EnvoyRLS.Upstream != nil {
+		mux.HandleFunc("GET /rlconfig", g.serveRLConfig)
+	}
 	return mux
 }
 
@@ -419,7 +423,7 @@ func (g *Gateway) Reload() error {
 // (watch.go) too; by says which asked. g.mu is held.
 func (g *Gateway) reloadLocked(by string) error {
 	old := g.state.Load().cfg
-	cfg, err := config.Load(g.path)
+	cfg, err := g.loadConfig()
 	if err == nil {
 		if err = refuseReload(old, cfg); err != nil {
 			g.reloads.WithLabelValues("refused").Inc()
@@ -512,10 +516,7 @@ func (g *Gateway) RLSAddr() net.Addr {
 // serveRLS serves Envoy's rate limit service on the gRPC listener, with
 // the descriptors and the Limiter of the running configuration.
 func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
-	rls := envoyrls.New(func() (*config.EnvoyRLS, *httplimit.Limiter) {
-		st := g.state.Load()
-		return &st.cfg.EnvoyRLS, st.limiter
-	}, envoyrls.Options{
+	rls := envoyrls.New(g.rlsSource, envoyrls.Options{
 		MaxInFlight:      cfg.Server.MaxInFlight,
 		MaxConnections:   cfg.Server.MaxConnections,
 		MaxMessageBytes:  cfg.Server.MaxHeaderBytes,
@@ -549,7 +550,7 @@ func (g *Gateway) DecisionAddr() net.Addr {
 // ending ctx lets load balancers notice first.
 func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	cfg := g.Config()
-	g.traffic = newServer(g, cfg.Server, g.log)
+	g.traffic = newServer(g.trafficHandler(cfg), cfg.Server, g.log)
 	g.admin = newServer(g.Admin(), cfg.Server, g.log)
 	mode := "reverse proxy to " + cfg.Redact("upstream", cfg.Upstream)
 	if cfg.Upstream == "" {

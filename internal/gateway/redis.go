@@ -62,7 +62,7 @@ func redisClientOptions(r config.Redis, timeout time.Duration, pool int) redisst
 // checkEviction).
 func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, string, error) {
 	redis.SetLogger(redisLog{log})
-	client, err := redisstore.NewClient(redisClientOptions(r, redisMaxWait(r), redisPoolSize))
+	client, err := redisstore.NewClient(redisClientOptions(r, redisMaxWait(r), max(r.PoolSize, redisPoolSize)))
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -76,6 +76,7 @@ func (g *Gateway) WatchConfig(ctx context.Context) error {
 			}
 		case <-fire:
 			fire = nil
+			g.syncWatches(w) // a new subdirectory: watched before it is read
 			if fp := g.fingerprint(); fp != last {
 				last = fp
 				g.mu.Lock()
@@ -97,14 +98,33 @@ func (g *Gateway) watchDirs() []string {
 			dirs = append(dirs, dir)
 		}
 	}
-	add(filepath.Dir(g.path))
-	if real, err := filepath.EvalSymlinks(g.path); err == nil {
-		add(filepath.Dir(real))
+	if g.path != "" {
+		add(filepath.Dir(g.path))
+		if real, err := filepath.EvalSymlinks(g.path); err == nil {
+			add(filepath.Dir(real))
+		}
 	}
-	if d := g.Config().EnvoyRLS.Dir(); d != "" {
+	rls := &g.Config().EnvoyRLS
+	if d := rls.Dir(); d != "" {
 		add(filepath.Clean(d))
 		if real, err := filepath.EvalSymlinks(d); err == nil {
 			add(real)
+		}
+		// A symlink above the directory (RUNTIME_ROOT=…/current, swapped
+		// to a new target) changes in its parent.
+		for p := filepath.Clean(d); ; {
+			parent := filepath.Dir(p)
+			if parent == p {
+				break
+			}
+			if info, err := os.Lstat(p); err == nil && info.Mode()&os.ModeSymlink != 0 {
+				add(parent)
+			}
+			p = parent
+		}
+		_, below := rls.Files()
+		for _, sub := range below {
+			add(filepath.Clean(sub))
 		}
 	}
 	return dirs
@@ -144,16 +164,16 @@ func (g *Gateway) fingerprint() [sha256.Size]byte {
 		}
 		h.Write([]byte{0})
 	}
-	file(g.path)
+	if g.path != "" {
+		file(g.path)
+	}
 	if d := g.Config().EnvoyRLS.Dir(); d != "" {
-		entries, err := os.ReadDir(d)
-		if err != nil {
+		files, _ := g.Config().EnvoyRLS.Files()
+		if _, err := os.Stat(d); err != nil {
 			h.Write([]byte("error: " + err.Error()))
 		}
-		for _, de := range entries {
-			if ext := filepath.Ext(de.Name()); ext == ".yaml" || ext == ".yml" {
-				file(filepath.Join(d, de.Name()))
-			}
+		for _, f := range files {
+			file(f)
 		}
 	}
 	var sum [sha256.Size]byte

@@ -31,6 +31,7 @@ type config struct {
 	tlsAuthClients string // "optional" or "yes"
 	user, password string
 	args           []string
+	unix           bool
 
 	// Set by StartCluster and StartSentinel, not by users.
 	cluster   bool
@@ -79,6 +80,16 @@ func WithArgs(args ...string) Option {
 	}
 }
 
+// WithUnixSocket also serves on a unix socket (in a short directory of
+// its own, for the 107-byte limit of a socket path): see UnixSocket.
+func WithUnixSocket() Option {
+	return func(c *config) { c.unix = true }
+}
+
+// UnixSocket returns the path of the unix socket of WithUnixSocket, or
+// "" without it.
+func (s *Server) UnixSocket() string { return s.socket }
+
 // Server is one redis-server process on a loopback port. Its port, directory
 // and options stay the same across Stop, Kill and Restart.
 type Server struct {
@@ -88,6 +99,7 @@ type Server struct {
 	port    int
 	busPort int // cluster bus port, 0 outside a cluster
 	certs   *certFiles
+	socket  string // WithUnixSocket's path
 
 	mu    sync.Mutex
 	proc  *process      // nil while stopped
@@ -138,6 +150,15 @@ func newServer(t testing.TB, cfg config) (*Server, error) {
 		s.mu.Unlock()
 	})
 	s.certs = cfg.certs
+	if cfg.unix {
+		dir, err := os.MkdirTemp("", "rt")
+		if err != nil {
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		s.socket = filepath.Join(dir, "redis.sock")
+		s.cfg.args = append([]string{"--unixsocket", s.socket, "--unixsocketperm", "700"}, s.cfg.args...)
+	}
 	if cfg.tls && s.certs == nil {
 		certs, err := writeCerts(s.dir)
 		if err != nil {

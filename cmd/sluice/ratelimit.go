@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/gateway"
+)
+
+const ratelimitDoc = `Usage: sluice ratelimit
+
+Serve Envoy's global rate limit service as envoyproxy/ratelimit does, from
+its environment variables alone, so that a Deployment of it changes only
+its image: gRPC (rate limit and health, for "ratelimit" too) on
+GRPC_HOST:GRPC_PORT (8081); /healthcheck and /json on HOST:PORT (8080);
+/rlconfig, /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT (6070).
+The descriptor files are every file under
+RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, subdirectories
+too (dotfiles skipped with RUNTIME_IGNOREDOTFILES=true), watched: a change
+applies within about 2 s, and a file that fails keeps the running
+configuration (logged, and counted in sluice_config_reloads_total).
+Counters live in the Redis of REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL.
+
+A variable sluice does not offer (statsd, memcache, xDS, a second Redis,
+…) is refused at start when set to anything but its default, with what to
+use instead; docs/envoy.md lists every variable and what sluice does with
+it. Exit status: 2 when the environment or a descriptor file is invalid,
+1 when a listener cannot be opened, 0 after a clean shutdown (SIGTERM:
+/healthcheck fails at once, then the calls in flight finish).
+`
+
+func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
+	fs := newFlags("ratelimit", ratelimitDoc, stdout, stderr)
+	if code := fs.parse(args); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "sluice ratelimit: takes no arguments; it is configured by envoyproxy/ratelimit's environment variables (see 'sluice ratelimit --help')")
+		return 2
+	}
+	load := func() (*config.Config, error) { return config.FromUpstreamEnv(environ) }
+	cfg, err := load()
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice ratelimit:", err)
+		return 2
+	}
+	up := cfg.EnvoyRLS.Upstream
+	log, err := logFlags{level: &up.LogLevel, format: &up.LogFormat}.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice ratelimit:", err)
+		return 2
+	}
+	for _, n := range up.Notes {
+		log.Info("sluice ratelimit: " + n)
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("sluice: " + w)
+	}
+	g, err := gateway.New(cfg, "", log)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice ratelimit:", err)
+		return 2
+	}
+	g.SetLoader(load)
+	log.Info("sluice ratelimit: serving as envoyproxy/ratelimit", "grpc", cfg.EnvoyRLS.Listen, "http", up.HTTPListen,
+		"debug", up.DebugListen, "config_dir", cfg.EnvoyRLS.Dir(), "domains", len(cfg.EnvoyRLS.Domains()))
+	return runGateway("sluice ratelimit", g, 0, log, stderr)
+}

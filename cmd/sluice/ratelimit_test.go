@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/internal/envoytest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// dropIn is one service started from envoyproxy/ratelimit's environment:
+// the real envoyproxy/ratelimit, or `sluice ratelimit`.
+type dropIn struct {
+	name              string
+	grpc, http, debug string // host:port
+	signal            func(os.Signal) error
+	log               func() string
+}
+
+// startRatelimit runs the sluice binary's `ratelimit` with environ (its
+// ports 0, read back from its log) and stops it when the test ends.
+func startRatelimit(t *testing.T, environ []string) *dropIn {
+	t.Helper()
+	s := &server{cmd: exec.Command(binary, "ratelimit"), exited: make(chan struct{})}
+	s.cmd.Env = append(environ, "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0")
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	serving := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+)`)
+	rls := regexp.MustCompile(`envoy_rls_listen=(\S+)`)
+	addrs := make(chan []string, 2)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.log.WriteString(line + "\n")
+			s.mu.Unlock()
+			if m := serving.FindStringSubmatch(line); m != nil {
+				addrs <- m[1:]
+			} else if m := rls.FindStringSubmatch(line); m != nil {
+				addrs <- m[1:]
+			}
+		}
+		_ = s.cmd.Wait()
+		s.exitCode = s.cmd.ProcessState.ExitCode()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	})
+	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs}
+	for range 2 {
+		select {
+		case a := <-addrs:
+			if len(a) == 2 {
+				d.http, d.debug = a[0], a[1]
+			} else {
+				d.grpc = a[0]
+			}
+		case <-s.exited:
+			t.Fatalf("sluice ratelimit exited %d:\n%s", s.exitCode, s.logs())
+		case <-time.After(20 * time.Second):
+			t.Fatalf("sluice ratelimit did not start:\n%s", s.logs())
+		}
+	}
+	return d
+}
+
+// startBoth starts envoyproxy/ratelimit and `sluice ratelimit` with one
+// environment: a Redis on a unix socket, the descriptor files under a
+// nested runtime directory (RUNTIME_ROOT/rl/config, a file in a
+// subdirectory of it, not named *.yaml), the directory watched
+// (RUNTIME_WATCH_ROOT=false: envoyproxy/ratelimit reloads on a write in
+// the directory). It returns the two and the config directory.
+func startBoth(t *testing.T, files map[string]string) ([]*dropIn, string) {
+	t.Helper()
+	redis := redistest.Start(t, redistest.WithUnixSocket())
+	root := t.TempDir()
+	conf := filepath.Join(root, "rl", "config")
+	for name, yaml := range files {
+		writeTestFile(t, filepath.Join(conf, name), yaml)
+	}
+	env := map[string]string{
+		"REDIS_SOCKET_TYPE":    "unix",
+		"REDIS_TYPE":           "SINGLE",
+		"REDIS_URL":            redis.UnixSocket(),
+		"RUNTIME_ROOT":         root,
+		"RUNTIME_SUBDIRECTORY": "rl",
+		"RUNTIME_APPDIRECTORY": "config",
+		"RUNTIME_WATCH_ROOT":   "false",
+		"LOG_LEVEL":            "info",
+	}
+	peer := envoytest.StartEnv(t, env)
+	environ := envoytest.Environ(root, "", 0, 0, 0)
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	up := &dropIn{name: "envoyproxy/ratelimit", grpc: peer.Addr(), http: peer.HTTPAddr(), debug: peer.DebugAddr(), signal: peer.Signal, log: peer.Log}
+	return []*dropIn{up, startRatelimit(t, environ)}, conf
+}
+
+func writeTestFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Write a temporary file and rename it, as an editor or kubectl does:
+	// neither service ever reads half a file.
+	tmp := filepath.Join(filepath.Dir(filepath.Dir(path)), ".tmp-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const dropInEdge = `domain: edge
+descriptors:
+  - key: path
+    value: /login*
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`
+
+const dropInNested = `domain: nested
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: {unit: day, requests_per_unit: 1}
+`
+
+// dropInRequests are the calls replayed to both; tag makes their buckets
+// new for each attempt.
+func dropInRequests(tag string) []*rlsv3.RateLimitRequest {
+	d, r := envoytest.Descriptor, envoytest.Request
+	var reqs []*rlsv3.RateLimitRequest
+	for range 4 {
+		reqs = append(reqs,
+			r("edge", 0, d("path", "/login"+tag)),
+			r("edge", 0, d("path", "/x"+tag), d("path", "/login"+tag)),
+			r("nested", 0, d("user", "u"+tag)),
+			r("nested", 0, d("user", "v"+tag, "plan", "free")),
+			r("nested", 0, d("other", "z")),
+			r("nowhere", 0, d("path", "/login")),
+		)
+	}
+	return append(reqs, r("edge", 2, envoytest.WithHits(d("path", "/y"+tag), 3)))
+}
+
+// replay sends the same calls to both services and holds the answers
+// equal: codes, limits and remaining exactly, the seconds until reset
+// within the time the replay took (both count the same epoch-aligned
+// window). A replay across a window's edge is tried again on new buckets.
+func replay(t *testing.T, services []*dropIn, round string) {
+	t.Helper()
+	var clients []*envoytest.Client
+	for _, s := range services {
+		clients = append(clients, envoytest.Dial(t, s.name, s.grpc))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for attempt := range 4 {
+		reqs := dropInRequests(fmt.Sprintf("%s-%d", round, attempt))
+		out, start, end, err := envoytest.Run(ctx, clients, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if envoytest.Straddles(start, end, out...) {
+			continue
+		}
+		slack := int64(end.Sub(start)/time.Second) + 1
+		for i := range reqs {
+			a, b := out[0][i], out[1][i]
+			same := a.Overall == b.Overall && len(a.Statuses) == len(b.Statuses)
+			for j := 0; same && j < len(a.Statuses); j++ {
+				sa, sb := a.Statuses[j], b.Statuses[j]
+				same = sa.Code == sb.Code && sa.Limit == sb.Limit && sa.Remaining == sb.Remaining && abs(sa.Reset-sb.Reset) <= slack
+			}
+			if !same {
+				t.Errorf("%s call %d %v:\n  envoyproxy/ratelimit %v\n  sluice ratelimit     %v", round, i, reqs[i], a, b)
+			}
+		}
+		return
+	}
+	t.Fatal("every attempt straddled a window's edge")
+}
+
+func abs(n int64) int64 { return max(n, -n) }
+
+// TestRatelimitDropIn starts envoyproxy/ratelimit and `sluice ratelimit`
+// from one environment, replays the same calls to both, edits a
+// descriptor file, waits until both have applied it, and replays again:
+// the answers are the same throughout.
+func TestRatelimitDropIn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	services, conf := startBoth(t, map[string]string{"edge.yaml": dropInEdge, "nested/limits": dropInNested})
+	replay(t, services, "before")
+
+	edited := strings.Replace(dropInEdge, "requests_per_unit: 3}", "requests_per_unit: 4}", 1) +
+		"  - key: method\n    value: POST\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	writeTestFile(t, filepath.Join(conf, "edge.yaml"), edited)
+	for _, s := range services {
+		waitBody(t, s, "http://"+s.debug+"/rlconfig", "edge.path_/login*: unit=HOUR requests_per_unit=4")
+	}
+	replay(t, services, "after")
+
+	// An invalid file keeps the running configuration in both.
+	writeTestFile(t, filepath.Join(conf, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	for _, s := range services {
+		waitLogged(t, s, "fortnight")
+	}
+	replay(t, services, "invalid")
+}
+
+// waitBody polls url until its body contains want (a reload applied).
+func waitBody(t *testing.T, s *dropIn, url, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, _ := fetchBody(url)
+		if strings.Contains(body, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s never held %q; it holds:\n%s\nlog:\n%s", s.name, url, want, body, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitLogged(t *testing.T, s *dropIn, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.log(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q in the log:\n%s", s.name, want, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func fetchBody(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// TestRatelimitEndpoints holds the health names and HTTP endpoints of
+// `sluice ratelimit` to envoyproxy/ratelimit's: gRPC health SERVING for
+// "ratelimit" and "", /healthcheck "OK", /json's status and answer,
+// /rlconfig's lines, and, once SIGTERM has come, health that fails.
+func TestRatelimitEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	services, _ := startBoth(t, map[string]string{"edge.yaml": dropInEdge, "nested/limits": dropInNested})
+	type answers struct {
+		health      []string
+		healthcheck string
+		json        []string
+		rlconfig    []string
+	}
+	var got []answers
+	for _, s := range services {
+		var a answers
+		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		hc := healthpb.NewHealthClient(conn)
+		for _, name := range []string{"ratelimit", ""} {
+			resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+			a.health = append(a.health, fmt.Sprintf("%q: %v %v", name, resp.GetStatus(), err))
+		}
+		a.healthcheck = statusAndBody(t, http.MethodGet, "http://"+s.http+"/healthcheck", "")
+		for _, body := range []string{
+			`{"domain":"nested","descriptors":[{"entries":[{"key":"user","value":"json"}]}]}`,
+			`{"domain":"nested","descriptors":[{"entries":[{"key":"user","value":"json"}]}]}`,
+			`{"domain":"nested","descriptors":[{"entries":[{"key":"user","value":"json"}]}]}`,
+			`{"domain":"nested","descriptors":[{"entries":[{"key":"other","value":"x"}]}]}`,
+			`not json`,
+		} {
+			a.json = append(a.json, jsonShape(statusAndBody(t, http.MethodPost, "http://"+s.http+"/json", body)))
+		}
+		body, err := fetchBody("http://" + s.debug + "/rlconfig")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.rlconfig = strings.Split(strings.TrimSpace(body), "\n")
+		slices.Sort(a.rlconfig)
+		got = append(got, a)
+	}
+	up, sl := got[0], got[1]
+	if !slices.Equal(up.health, sl.health) || up.health[0] != `"ratelimit": SERVING <nil>` {
+		t.Errorf("gRPC health:\n  envoyproxy/ratelimit %q\n  sluice ratelimit     %q", up.health, sl.health)
+	}
+	if up.healthcheck != sl.healthcheck || up.healthcheck != "200 OK" {
+		t.Errorf("/healthcheck: envoyproxy/ratelimit %q, sluice ratelimit %q; want 200 OK", up.healthcheck, sl.healthcheck)
+	}
+	if !slices.Equal(up.json, sl.json) {
+		t.Errorf("/json:\n  envoyproxy/ratelimit %q\n  sluice ratelimit     %q", up.json, sl.json)
+	}
+	if !slices.Equal(up.rlconfig, sl.rlconfig) || len(up.rlconfig) != 4 {
+		t.Errorf("/rlconfig:\n  envoyproxy/ratelimit %q\n  sluice ratelimit     %q", up.rlconfig, sl.rlconfig)
+	}
+
+	// SIGTERM: both fail their health at once (sluice goes on serving
+	// calls through its drain; envoyproxy/ratelimit may already be gone).
+	for _, s := range services {
+		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := s.signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			cancel()
+			hc := statusOrError("http://" + s.http + "/healthcheck")
+			// sluice serves through its drain, where /healthcheck must
+			// answer 500, not be gone.
+			failing := hc == "500" || (hc == "error" && s.name == "envoyproxy/ratelimit")
+			if (err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING) && failing {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after SIGTERM, health %v %v and /healthcheck %s; want them failing", s.name, resp.GetStatus(), err, hc)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func statusAndBody(t *testing.T, method, url, body string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+}
+
+func statusOrError(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "error"
+	}
+	resp.Body.Close()
+	return fmt.Sprint(resp.StatusCode)
+}
+
+// jsonShape drops what differs between two correct answers of /json:
+// protojson's random spacing and the seconds until reset.
+var (
+	jsonSpace = regexp.MustCompile(`\s+`)
+	jsonReset = regexp.MustCompile(`"durationUntilReset":"[0-9.]+s"`)
+)
+
+func jsonShape(s string) string {
+	return jsonReset.ReplaceAllString(jsonSpace.ReplaceAllString(s, ""), `"durationUntilReset":"…"`)
+}
+
+// TestRatelimitRefusesAtStart: a variable sluice does not offer stops
+// `sluice ratelimit` before it listens, with exit status 2 and a message
+// that names it and what to use instead.
+func TestRatelimitRefusesAtStart(t *testing.T) {
+	cmd := exec.Command(binary, "ratelimit")
+	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "REDIS_PERSECOND=true"}
+	out, err := cmd.CombinedOutput()
+	code := -1
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "REDIS_PERSECOND=\"true\" is not offered") {
+		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
+	}
+}

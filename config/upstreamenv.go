@@ -1,0 +1,467 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Upstream is what `sluice ratelimit` keeps of envoyproxy/ratelimit's
+// environment beside the configuration it builds (FromUpstreamEnv).
+type Upstream struct {
+	// IgnoreDotFiles: RUNTIME_IGNOREDOTFILES, skip names starting with a
+	// dot in the configuration directory.
+	IgnoreDotFiles bool
+	// ShadowMode: SHADOW_MODE, the overall code of a call is OK even when
+	// a descriptor is over its limit (the statuses say so).
+	ShadowMode bool
+	// Headers: LIMIT_RESPONSE_HEADERS_ENABLED; false: an answer carries
+	// no headers at all (no Retry-After either), as there.
+	Headers bool
+	// HeaderNames renames the RateLimit-Limit, -Remaining and -Reset
+	// headers (LIMIT_LIMIT_HEADER, …), by canonical name.
+	HeaderNames map[string]string
+	// HTTPListen is HOST:PORT, where /healthcheck and /json are served;
+	// DebugListen is DEBUG_HOST:DEBUG_PORT, with /rlconfig and /metrics.
+	HTTPListen, DebugListen string
+	// LogLevel (debug, info, warn, error) and LogFormat (text, json).
+	LogLevel, LogFormat string
+	// Notes are the variables set that sluice accepts without their
+	// having an effect on answers, with why, to log at start.
+	Notes []string
+}
+
+// UpstreamVar is one of envoyproxy/ratelimit's environment variables
+// (its src/settings/settings.go) and what sluice does with it.
+type UpstreamVar struct {
+	Name    string
+	Default string // upstream's default, as written there
+	kind    byte   // 'b' bool, 'i' int, 'd' duration, 'f' float, 's' string
+	// Refuse, when set, is why a value other than Default is refused at
+	// start and what to use instead; empty: the variable is honoured (or
+	// accepted, see Note).
+	Refuse string
+	// Note is what sluice does with the variable, for docs/envoy.md; an
+	// accepted variable's note is logged when it is set.
+	Note     string
+	accepted bool // set to anything, it changes nothing sluice answers
+}
+
+// Kind names what the variable holds: bool, int, duration, float or string.
+func (u UpstreamVar) Kind() string {
+	return map[byte]string{'b': "bool", 'i': "int", 'd': "duration", 'f': "float", 's': "string"}[u.kind]
+}
+
+// Handling is honoured, accepted or refused (a value other than the default).
+func (u UpstreamVar) Handling() string {
+	switch {
+	case u.Refuse != "":
+		return "refused"
+	case u.accepted:
+		return "accepted"
+	}
+	return "honoured"
+}
+
+func honour(name, def string, kind byte, note string) UpstreamVar {
+	return UpstreamVar{Name: name, Default: def, kind: kind, Note: note}
+}
+
+func accept(name, def string, kind byte, note string) UpstreamVar {
+	return UpstreamVar{Name: name, Default: def, kind: kind, Note: note, accepted: true}
+}
+
+func refuse(name, def string, kind byte, instead string) UpstreamVar {
+	return UpstreamVar{Name: name, Default: def, kind: kind, Refuse: instead, Note: instead}
+}
+
+const (
+	noStatsd  = "sluice sends no statsd; its metrics are Prometheus's, at http://DEBUG_HOST:DEBUG_PORT/metrics: scrape that and unset it"
+	noXDS     = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
+	noMemcash = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
+	onePool   = "sluice keeps every limit in the one Redis of REDIS_URL: unset it (and REDIS_PERSECOND)"
+	noTracing = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
+)
+
+// UpstreamVars are every environment variable of envoyproxy/ratelimit
+// (src/settings/settings.go of the version internal/envoytest holds
+// sluice against), in its order.
+var UpstreamVars = []UpstreamVar{
+	honour("HOST", "0.0.0.0", 's', "address of the HTTP listener (/healthcheck, /json)"),
+	honour("PORT", "8080", 'i', "port of the HTTP listener"),
+	honour("DEBUG_HOST", "0.0.0.0", 's', "address of the debug listener (/rlconfig, /metrics, /healthz, /readyz)"),
+	honour("DEBUG_PORT", "6070", 'i', "port of the debug listener"),
+	refuse("GRPC_UDS", "", 's', "sluice serves gRPC on TCP only: unset it and use GRPC_HOST and GRPC_PORT"),
+	honour("GRPC_HOST", "0.0.0.0", 's', "address of the gRPC listener (rate limit and health services)"),
+	honour("GRPC_PORT", "8081", 'i', "port of the gRPC listener"),
+	refuse("GRPC_MAX_CONNECTION_AGE", "24h", 'd', "sluice keeps a connection while it is used and closes it after 2m idle: unset it"),
+	refuse("GRPC_MAX_CONNECTION_AGE_GRACE", "1h", 'd', "sluice keeps a connection while it is used and closes it after 2m idle: unset it"),
+	honour("GRPC_SERVER_USE_TLS", "false", 'b', "serves gRPC over TLS with GRPC_SERVER_TLS_CERT and _KEY"),
+	honour("GRPC_SERVER_TLS_CERT", "", 's', "the gRPC listener's PEM certificate"),
+	honour("GRPC_SERVER_TLS_KEY", "", 's', "its PEM key"),
+	honour("GRPC_CLIENT_TLS_CACERT", "", 's', "mutual TLS: clients must present a certificate signed by this PEM CA"),
+	refuse("GRPC_CLIENT_TLS_SAN", "", 's', "sluice checks that a client's certificate is signed by GRPC_CLIENT_TLS_CACERT, not its SAN: unset it"),
+	honour("LOG_LEVEL", "WARN", 's', "trace and debug log as debug, info, warn (warning), error; fatal and panic as error"),
+	honour("LOG_FORMAT", "text", 's', "json, else text"),
+	refuse("CONFIG_TYPE", "FILE", 's', noXDS),
+	accept("FORCE_START_WITHOUT_INITIAL_CONFIG", "false", 'b', "sluice starts with an empty configuration directory either way (xDS only there)"),
+	refuse("CONFIG_GRPC_XDS_NODE_ID", "default", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_NODE_METADATA", "", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", 'd', noXDS),
+	refuse("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", 'b', noXDS),
+	refuse("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", 's', noXDS),
+	refuse("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", 's', noXDS),
+	refuse("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", 'd', noXDS),
+	refuse("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", 'd', noXDS),
+	refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", 'f', noXDS),
+	refuse("XDS_CLIENT_BACKOFF_JITTER", "true", 'b', noXDS),
+	refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", 's', noXDS),
+	refuse("USE_DOG_STATSD", "false", 'b', noStatsd),
+	refuse("USE_DOG_STATSD_MOGRIFIERS", "", 's', noStatsd),
+	// Upstream's default is true; only an explicit true is refused, so
+	// that a Deployment without a statsd sidecar starts.
+	refuse("USE_STATSD", "", 'b', noStatsd+" (set USE_STATSD=false)"),
+	refuse("STATSD_HOST", "localhost", 's', noStatsd),
+	refuse("STATSD_PORT", "8125", 'i', noStatsd),
+	refuse("EXTRA_TAGS", "", 's', noStatsd),
+	refuse("STATS_FLUSH_INTERVAL", "10s", 'd', noStatsd),
+	accept("DISABLE_STATS", "false", 'b', "sluice's Prometheus metrics are always on (http://DEBUG_HOST:DEBUG_PORT/metrics); they cost nothing unscraped"),
+	refuse("USE_PROMETHEUS", "false", 'b', "sluice's metrics (its own names) are at http://DEBUG_HOST:DEBUG_PORT/metrics: point the scrape there and unset it"),
+	refuse("PROMETHEUS_ADDR", ":9090", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
+	refuse("PROMETHEUS_PATH", "/metrics", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
+	refuse("PROMETHEUS_MAPPER_YAML", "", 's', "sluice's metrics have their own names: unset it"),
+	honour("RUNTIME_ROOT", "/srv/runtime_data/current", 's', "the descriptor files are RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file, subdirectories too"),
+	honour("RUNTIME_SUBDIRECTORY", "", 's', "see RUNTIME_ROOT (empty with RUNTIME_WATCH_ROOT=true loads nothing there: refused)"),
+	honour("RUNTIME_APPDIRECTORY", "config", 's', "see RUNTIME_ROOT"),
+	honour("RUNTIME_IGNOREDOTFILES", "false", 'b', "skip files and directories whose names start with a dot"),
+	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
+	accept("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "spreads key expiry there; sluice's keys expire with their window, answers unchanged"),
+	accept("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "a cache of keys over their limit there; sluice asks Redis, whose answer is the same"),
+	accept("NEAR_LIMIT_RATIO", "0.8", 'f', "feeds a near_limit statsd counter there; no effect on answers"),
+	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
+	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
+	refuse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "not offered: a refused hit is counted, as by default there; for limits that do not count refusals, name a sluice algorithm (algorithm: sliding_window) in the descriptor"),
+	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: RateLimit-Limit, -Remaining, -Reset in response_headers_to_add; false: no RateLimit headers"),
+	honour("LIMIT_LIMIT_HEADER", "RateLimit-Limit", 's', "the name of the limit header"),
+	honour("LIMIT_REMAINING_HEADER", "RateLimit-Remaining", 's', "the name of the remaining header"),
+	honour("LIMIT_RESET_HEADER", "RateLimit-Reset", 's', "the name of the reset header"),
+	refuse("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", 'b', "sluice loads the files before it serves and refuses to start on an invalid one: unset it"),
+	honour("REDIS_SOCKET_TYPE", "unix", 's', "unix (REDIS_URL is a socket path) or tcp (HOST:PORT)"),
+	honour("REDIS_TYPE", "SINGLE", 's', "SINGLE, SENTINEL (REDIS_URL: master,sentinel1:port,…) or CLUSTER (REDIS_URL: node1:port,…)"),
+	honour("REDIS_URL", "/var/run/nutcracker/ratelimit.sock", 's', "the Redis, as REDIS_SOCKET_TYPE and REDIS_TYPE say"),
+	honour("REDIS_POOL_SIZE", "10", 'i', "connections per Redis node, at least sluice's own 40 (its 32 calls in flight and its probes)"),
+	honour("REDIS_AUTH", "", 's', "password, or user:password"),
+	honour("REDIS_TLS", "false", 'b', "TLS to Redis"),
+	honour("REDIS_TLS_CLIENT_CERT", "", 's', "client certificate (PEM) for TLS to Redis"),
+	honour("REDIS_TLS_CLIENT_KEY", "", 's', "its key"),
+	honour("REDIS_TLS_CACERT", "", 's', "the CA (PEM) that signed Redis's certificate"),
+	refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', "sluice always verifies Redis's certificate: give its CA in REDIS_TLS_CACERT and unset it"),
+	accept("REDIS_PIPELINE_WINDOW", "0", 'd', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
+	accept("REDIS_PIPELINE_LIMIT", "0", 'i', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
+	refuse("REDIS_PERSECOND", "false", 'b', onePool),
+	refuse("REDIS_PERSECOND_SOCKET_TYPE", "unix", 's', onePool),
+	refuse("REDIS_PERSECOND_TYPE", "SINGLE", 's', onePool),
+	refuse("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", 's', onePool),
+	refuse("REDIS_PERSECOND_POOL_SIZE", "10", 'i', onePool),
+	refuse("REDIS_PERSECOND_AUTH", "", 's', onePool),
+	refuse("REDIS_PERSECOND_TLS", "false", 'b', onePool),
+	refuse("REDIS_SENTINEL_AUTH", "", 's', "sluice authenticates to the Redis master only (REDIS_AUTH), not to the sentinels: unset it"),
+	refuse("REDIS_PERSECOND_SENTINEL_AUTH", "", 's', onePool),
+	refuse("REDIS_PERSECOND_PIPELINE_WINDOW", "0", 'd', onePool),
+	refuse("REDIS_PERSECOND_PIPELINE_LIMIT", "0", 'i', onePool),
+	refuse("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", 'b', "sluice answers by its failure policy (open, closed, local) when Redis fails, and /readyz on the debug port reports the store: unset it"),
+	honour("REDIS_TIMEOUT", "10s", 'd', "bounds a Redis call (sluice's 50ms when unset)"),
+	refuse("REDIS_PERSECOND_TIMEOUT", "10s", 'd', onePool),
+	accept("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', "sluice's pool waits for a connection, as WAIT does"),
+	refuse("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', onePool),
+	refuse("MEMCACHE_HOST_PORT", "", 's', noMemcash),
+	refuse("MEMCACHE_MAX_IDLE_CONNS", "2", 'i', noMemcash),
+	refuse("MEMCACHE_SRV", "", 's', noMemcash),
+	refuse("MEMCACHE_SRV_REFRESH", "0", 'd', noMemcash),
+	refuse("MEMCACHE_TLS", "false", 'b', noMemcash),
+	refuse("MEMCACHE_TLS_CLIENT_CERT", "", 's', noMemcash),
+	refuse("MEMCACHE_TLS_CLIENT_KEY", "", 's', noMemcash),
+	refuse("MEMCACHE_TLS_CACERT", "", 's', noMemcash),
+	refuse("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', noMemcash),
+	honour("SHADOW_MODE", "false", 'b', "overall_code OK even when a descriptor is over its limit (its status says OVER_LIMIT)"),
+	refuse("QUOTA_MODE", "false", 'b', "not offered globally: write quota_mode: true on the descriptors"),
+	refuse("RESPONSE_DYNAMIC_METADATA", "false", 'b', "sluice returns no dynamic metadata: unset it"),
+	refuse("MERGE_DOMAIN_CONFIG", "false", 'b', "sluice refuses two files of one domain, as by default there: put the domain's descriptors in one file"),
+	refuse("TRACING_ENABLED", "false", 'b', noTracing),
+	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
+	refuse("TRACING_SERVICE_NAMESPACE", "", 's', noTracing),
+	refuse("TRACING_SERVICE_INSTANCE_ID", "", 's', noTracing),
+	refuse("TRACING_EXPORTER_PROTOCOL", "http", 's', noTracing),
+	refuse("TRACING_SAMPLING_RATE", "1", 'f', noTracing),
+}
+
+// ErrUpstreamEnv is wrapped by FromUpstreamEnv's errors.
+var ErrUpstreamEnv = errors.New("envoyproxy/ratelimit environment")
+
+// FromUpstreamEnv builds the configuration of `sluice ratelimit` from
+// envoyproxy/ratelimit's environment variables alone (environ is
+// os.Environ's form, KEY=value): the gRPC rate limit service on
+// GRPC_HOST:GRPC_PORT, the descriptor files under RUNTIME_ROOT read as
+// envoyproxy/ratelimit reads them, counters in the Redis of REDIS_URL, and
+// the HTTP and debug listeners of HOST:PORT and DEBUG_HOST:DEBUG_PORT.
+// Every variable of UpstreamVars is honoured or, when it asks for what
+// sluice does not do, refused: the error names every such variable and
+// says what to use instead. Variables envoyproxy/ratelimit does not read
+// are ignored.
+func FromUpstreamEnv(environ []string) (*Config, error) {
+	env := make(map[string]string)
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	vals := make(map[string]any, len(UpstreamVars))
+	up := &Upstream{}
+	for _, u := range UpstreamVars {
+		raw, set := env[u.Name]
+		def, _ := parseVar(u.kind, u.Default)
+		val := def
+		if set {
+			v, err := parseVar(u.kind, raw)
+			if err != nil {
+				bad("%s=%q: %v", u.Name, raw, err)
+				continue
+			}
+			val = v
+		}
+		vals[u.Name] = val
+		switch {
+		case !set:
+		case u.Refuse != "" && val != def:
+			bad("%s=%q is not offered: %s", u.Name, raw, u.Refuse)
+		case u.accepted:
+			up.Notes = append(up.Notes, fmt.Sprintf("%s=%s: accepted, no effect on answers: %s", u.Name, raw, u.Note))
+		}
+	}
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	boolean := func(name string) bool { b, _ := vals[name].(bool); return b }
+	num := func(name string) int64 { n, _ := vals[name].(int64); return n }
+
+	c := &Config{File: "the environment (envoyproxy/ratelimit's variables)"}
+	c.policiesSet = true
+	c.Store.Type = "redis"
+	c.DecisionAPI.Listen = DecisionListenOff
+	c.Headers = "none"
+	port := func(name string) string {
+		n := num(name)
+		if n < 0 || n > 65535 {
+			bad("%s=%d: want a port from 0 to 65535", name, n)
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	up.HTTPListen = net.JoinHostPort(str("HOST"), port("PORT"))
+	up.DebugListen = net.JoinHostPort(str("DEBUG_HOST"), port("DEBUG_PORT"))
+	c.Listen, c.AdminListen = up.HTTPListen, up.DebugListen
+	c.EnvoyRLS.Listen = net.JoinHostPort(str("GRPC_HOST"), port("GRPC_PORT"))
+	c.EnvoyRLS.Upstream = up
+
+	if boolean("GRPC_SERVER_USE_TLS") {
+		c.EnvoyRLS.TLS = &TLS{CertFile: str("GRPC_SERVER_TLS_CERT"), KeyFile: str("GRPC_SERVER_TLS_KEY"), ClientCAFile: str("GRPC_CLIENT_TLS_CACERT")}
+	} else {
+		for _, n := range []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT"} {
+			if str(n) != "" {
+				bad("%s is set but GRPC_SERVER_USE_TLS is not true: set GRPC_SERVER_USE_TLS=true, or unset it", n)
+			}
+		}
+	}
+
+	switch l := strings.ToLower(str("LOG_LEVEL")); l {
+	case "trace", "debug":
+		up.LogLevel = "debug"
+	case "info", "warn", "error":
+		up.LogLevel = l
+	case "warning":
+		up.LogLevel = "warn"
+	case "fatal", "panic":
+		up.LogLevel = "error"
+	default:
+		bad("LOG_LEVEL=%q: want trace, debug, info, warn, error, fatal or panic", str("LOG_LEVEL"))
+	}
+	up.LogFormat = "text"
+	if strings.EqualFold(str("LOG_FORMAT"), "json") {
+		up.LogFormat = "json"
+	}
+
+	if b := str("BACKEND_TYPE"); b != "redis" {
+		bad("BACKEND_TYPE=%q is not offered: %s", b, noMemcash)
+	}
+	redisFromEnv(&c.Store.Redis, str, boolean, bad)
+	if n := num("REDIS_POOL_SIZE"); n < 1 {
+		bad("REDIS_POOL_SIZE=%d: want 1 or more", n)
+	} else if _, set := env["REDIS_POOL_SIZE"]; set {
+		c.Store.Redis.PoolSize = int(n)
+	}
+	if _, set := env["REDIS_TIMEOUT"]; set {
+		if d, _ := vals["REDIS_TIMEOUT"].(time.Duration); d > 0 {
+			c.Store.Redis.Timeout = d
+		} else {
+			bad("REDIS_TIMEOUT=%q: want a positive duration such as 50ms", env["REDIS_TIMEOUT"])
+		}
+	}
+
+	root, sub, app := str("RUNTIME_ROOT"), str("RUNTIME_SUBDIRECTORY"), str("RUNTIME_APPDIRECTORY")
+	if sub == "" && boolean("RUNTIME_WATCH_ROOT") {
+		bad("RUNTIME_SUBDIRECTORY is empty while RUNTIME_WATCH_ROOT is true, where envoyproxy/ratelimit loads no configuration at all: set RUNTIME_SUBDIRECTORY (the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
+	}
+	c.EnvoyRLS.ConfigDir = filepath.Join(root, sub, app)
+	up.IgnoreDotFiles = boolean("RUNTIME_IGNOREDOTFILES")
+	up.ShadowMode = boolean("SHADOW_MODE")
+
+	if up.Headers = boolean("LIMIT_RESPONSE_HEADERS_ENABLED"); up.Headers {
+		c.Headers = "legacy"
+		for _, n := range []struct{ env, canonical string }{
+			{"LIMIT_LIMIT_HEADER", "Ratelimit-Limit"}, {"LIMIT_REMAINING_HEADER", "Ratelimit-Remaining"}, {"LIMIT_RESET_HEADER", "Ratelimit-Reset"},
+		} {
+			name := str(n.env)
+			switch {
+			case !validHeaderName(name):
+				bad("%s=%q: want a header name such as %s", n.env, name, n.canonical)
+			case http.CanonicalHeaderKey(name) != n.canonical:
+				if up.HeaderNames == nil {
+					up.HeaderNames = make(map[string]string)
+				}
+				up.HeaderNames[n.canonical] = name
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
+	}
+	return Build(c, ".")
+}
+
+// redisFromEnv fills r from REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL,
+// REDIS_AUTH and the REDIS_TLS variables.
+func redisFromEnv(r *Redis, str func(string) string, boolean func(string) bool, bad func(string, ...any)) {
+	socket, typ, addr := strings.ToLower(str("REDIS_SOCKET_TYPE")), strings.ToUpper(str("REDIS_TYPE")), str("REDIS_URL")
+	tls := boolean("REDIS_TLS")
+	scheme := "redis://"
+	if tls {
+		scheme = "rediss://"
+	}
+	if socket != "unix" && socket != "tcp" {
+		bad("REDIS_SOCKET_TYPE=%q: want unix or tcp", str("REDIS_SOCKET_TYPE"))
+		return
+	}
+	if addr == "" {
+		bad("REDIS_URL is empty: want the Redis's socket path or HOST:PORT")
+		return
+	}
+	list := strings.Split(addr, ",")
+	switch typ {
+	case "SINGLE":
+		if socket == "unix" {
+			if tls {
+				bad("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: TLS is for tcp; unset REDIS_TLS")
+			}
+			r.URL = "unix://" + addr
+		} else {
+			r.URL = scheme + addr
+		}
+	case "SENTINEL", "CLUSTER":
+		if socket != "tcp" {
+			bad("REDIS_TYPE=%s needs REDIS_SOCKET_TYPE=tcp", typ)
+			return
+		}
+		if typ == "CLUSTER" {
+			r.ClusterAddrs = list
+		} else if len(list) < 2 {
+			bad("REDIS_URL=%q with REDIS_TYPE=SENTINEL: want the master name and the sentinels, such as mymaster,10.0.0.1:26379,10.0.0.2:26379", addr)
+			return
+		} else {
+			r.Sentinel = Sentinel{Master: list[0], Addrs: list[1:]}
+		}
+		if tls {
+			r.URL = "rediss://" + list[len(list)-1] // TLS for the cluster or the sentinels' master
+		}
+	default:
+		bad("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", str("REDIS_TYPE"))
+		return
+	}
+	if auth := str("REDIS_AUTH"); auth != "" {
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			r.Username, r.Password = user, Secret(pass)
+		} else {
+			r.Password = Secret(auth)
+		}
+	}
+	r.TLS = RedisTLS{CAFile: str("REDIS_TLS_CACERT"), CertFile: str("REDIS_TLS_CLIENT_CERT"), KeyFile: str("REDIS_TLS_CLIENT_KEY")}
+	if !tls && r.TLS != (RedisTLS{}) {
+		bad("REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT or REDIS_TLS_CLIENT_KEY is set but REDIS_TLS is not true: set REDIS_TLS=true, or unset them")
+	}
+}
+
+// parseVar reads an environment value as envoyproxy/ratelimit's settings
+// library reads it; a string is kept as written.
+func parseVar(kind byte, s string) (any, error) {
+	switch kind {
+	case 'b':
+		if s == "" {
+			return false, nil
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, errors.New("want true or false")
+		}
+		return b, nil
+	case 'i':
+		if s == "" {
+			return int64(0), nil
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, errors.New("want a whole number")
+		}
+		return n, nil
+	case 'd':
+		if s == "" {
+			return time.Duration(0), nil
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return time.Duration(n), nil
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, errors.New("want a duration such as 10s")
+		}
+		return d, nil
+	case 'f':
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, errors.New("want a number such as 0.8")
+		}
+		return f, nil
+	}
+	return s, nil
+}
+
+// Build defaults and validates a configuration built in code, as Parse
+// does a file's; relative paths are read from dir. The error, when it is
+// invalid, is an Errors listing every problem.
+func Build(c *Config, dir string) (*Config, error) {
+	d := &decoder{file: c.File, errs: new(Errors), lines: make(map[string]int), bad: make(map[string]bool)}
+	c.Defaults()
+	v := &validator{c: c, file: c.File, dir: dir, lines: d.lines, errs: d.errs, skip: d.reported}
+	v.validate()
+	c.env = newEnvValues(nil)
+	if len(*d.errs) > 0 {
+		return nil, d.errs.sorted()
+	}
+	return c, nil
+}

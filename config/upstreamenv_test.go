@@ -1,0 +1,335 @@
+package config_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/certs/certstest"
+)
+
+// upstreamBase is an environment that starts: a runtime directory with
+// one descriptor file in a subdirectory of its config directory.
+func upstreamBase(t *testing.T) (env []string, root string) {
+	t.Helper()
+	root = t.TempDir()
+	dir := filepath.Join(root, "rl", "config", "nested")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "limits"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	return []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6390"}, root
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFromUpstreamEnvDefaults(t *testing.T) {
+	env, root := upstreamBase(t)
+	c, err := config.FromUpstreamEnv(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := c.EnvoyRLS.Upstream
+	if up == nil {
+		t.Fatal("EnvoyRLS.Upstream is nil")
+	}
+	for _, f := range []struct{ name, got, want string }{
+		{"grpc listen", c.EnvoyRLS.Listen, "0.0.0.0:8081"},
+		{"http listen", c.Listen, "0.0.0.0:8080"},
+		{"debug listen", c.AdminListen, "0.0.0.0:6070"},
+		{"config dir", c.EnvoyRLS.Dir(), filepath.Join(root, "rl", "config")},
+		{"redis url", c.Store.Redis.URL, "redis://127.0.0.1:6390"},
+		{"store", c.Store.Type, "redis"},
+		{"headers", c.Headers, "none"},
+		{"log level", up.LogLevel, "warn"},
+		{"log format", up.LogFormat, "text"},
+		{"decision api", c.DecisionAPI.Listen, config.DecisionListenOff},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s = %q; want %q", f.name, f.got, f.want)
+		}
+	}
+	if _, ok := c.EnvoyRLS.Domains()["d"]; !ok {
+		t.Errorf("domains %v; want d, from a file without a .yaml name in a subdirectory", c.EnvoyRLS.Domains())
+	}
+	if c.Store.Redis.Timeout != 50*time.Millisecond {
+		t.Errorf("redis timeout %v; want sluice's 50ms when REDIS_TIMEOUT is unset", c.Store.Redis.Timeout)
+	}
+}
+
+// TestFromUpstreamEnvHonoured sets each honoured variable and checks what
+// it changes.
+func TestFromUpstreamEnvHonoured(t *testing.T) {
+	ca := certstest.NewCA(t, "ca")
+	certDir := t.TempDir()
+	cert, key := ca.Issue(t, "localhost").Write(t, certDir, "server")
+	caFile := filepath.Join(certDir, "ca.pem")
+	certstest.WriteFile(t, caFile, ca.PEM)
+	cases := []struct {
+		vars  []string
+		check func(c *config.Config) string // "" when right, else what is wrong
+	}{
+		{[]string{"HOST=127.0.0.1", "PORT=9001"}, func(c *config.Config) string { return want(c.Listen, "127.0.0.1:9001") }},
+		{[]string{"DEBUG_HOST=127.0.0.2", "DEBUG_PORT=9002"}, func(c *config.Config) string { return want(c.AdminListen, "127.0.0.2:9002") }},
+		{[]string{"GRPC_HOST=127.0.0.3", "GRPC_PORT=9003"}, func(c *config.Config) string { return want(c.EnvoyRLS.Listen, "127.0.0.3:9003") }},
+		{[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + cert, "GRPC_SERVER_TLS_KEY=" + key, "GRPC_CLIENT_TLS_CACERT=" + caFile}, func(c *config.Config) string {
+			if c.ListenerTLS(config.ListenerEnvoyRLS) == nil || c.EnvoyRLS.TLS.ClientCAFile != caFile {
+				return "no TLS with a client CA on the gRPC listener"
+			}
+			return ""
+		}},
+		{[]string{"LOG_LEVEL=debug", "LOG_FORMAT=JSON"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.LogLevel+" "+c.EnvoyRLS.Upstream.LogFormat, "debug json")
+		}},
+		{[]string{"LOG_LEVEL=trace"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "debug") }},
+		{[]string{"LOG_LEVEL=fatal"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "error") }},
+		{[]string{"RUNTIME_APPDIRECTORY=config/nested"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "nested") }},
+		{[]string{"RUNTIME_WATCH_ROOT=false"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "config") }},
+		{[]string{"RUNTIME_IGNOREDOTFILES=true"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.IgnoreDotFiles, true)
+		}},
+		{[]string{"BACKEND_TYPE=redis"}, func(c *config.Config) string { return want(c.Store.Type, "redis") }},
+		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true"}, func(c *config.Config) string {
+			return want(c.Headers+" "+strings.Join(mapKeys(c.EnvoyRLS.Upstream.HeaderNames), ","), "legacy ")
+		}},
+		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Left", "LIMIT_RESET_HEADER=X-Reset"}, func(c *config.Config) string {
+			n := c.EnvoyRLS.Upstream.HeaderNames
+			return want(n["Ratelimit-Limit"]+" "+n["Ratelimit-Remaining"]+" "+n["Ratelimit-Reset"], "X-Limit X-Left X-Reset")
+		}},
+		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/run/redis/redis.sock"}, func(c *config.Config) string {
+			return want(c.Store.Redis.URL, "unix:///run/redis/redis.sock")
+		}},
+		{[]string{"REDIS_TYPE=CLUSTER", "REDIS_URL=10.0.0.1:7000,10.0.0.2:7000"}, func(c *config.Config) string {
+			return want(strings.Join(c.Store.Redis.ClusterAddrs, ","), "10.0.0.1:7000,10.0.0.2:7000")
+		}},
+		{[]string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster,10.0.0.1:26379,10.0.0.2:26379"}, func(c *config.Config) string {
+			s := c.Store.Redis.Sentinel
+			return want(s.Master+" "+strings.Join(s.Addrs, ","), "mymaster 10.0.0.1:26379,10.0.0.2:26379")
+		}},
+		{[]string{"REDIS_TYPE=SINGLE"}, func(c *config.Config) string { return want(c.Store.Redis.URL, "redis://127.0.0.1:6390") }},
+		{[]string{"REDIS_POOL_SIZE=64"}, func(c *config.Config) string { return want(c.Store.Redis.PoolSize, 64) }},
+		{[]string{"REDIS_AUTH=secret"}, func(c *config.Config) string {
+			return want(c.Store.Redis.Username+"/"+c.Store.Redis.Password.Reveal(), "/secret")
+		}},
+		{[]string{"REDIS_AUTH=alice:se:cret"}, func(c *config.Config) string {
+			return want(c.Store.Redis.Username+"/"+c.Store.Redis.Password.Reveal(), "alice/se:cret")
+		}},
+		{[]string{"REDIS_TLS=true", "REDIS_TLS_CACERT=" + caFile, "REDIS_TLS_CLIENT_CERT=" + cert, "REDIS_TLS_CLIENT_KEY=" + key}, func(c *config.Config) string {
+			r := c.Store.Redis
+			return want(r.URL+" "+r.TLS.CAFile+" "+r.TLS.CertFile+" "+r.TLS.KeyFile, "rediss://127.0.0.1:6390 "+caFile+" "+cert+" "+key)
+		}},
+		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
+		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
+	}
+	covered := map[string]bool{"RUNTIME_ROOT": true, "RUNTIME_SUBDIRECTORY": true, "REDIS_URL": true}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.vars, " "), func(t *testing.T) {
+			env, _ := upstreamBase(t)
+			c, err := config.FromUpstreamEnv(append(env, tc.vars...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := tc.check(c); msg != "" {
+				t.Error(msg)
+			}
+		})
+		for _, v := range tc.vars {
+			name, _, _ := strings.Cut(v, "=")
+			covered[name] = true
+		}
+	}
+	for _, u := range config.UpstreamVars {
+		if u.Handling() == "honoured" && !covered[u.Name] {
+			t.Errorf("%s is honoured but no case here sets it", u.Name)
+		}
+	}
+}
+
+func want[T comparable](got, want T) string {
+	if got != want {
+		return fmt.Sprintf("got %v; want %v", got, want)
+	}
+	return ""
+}
+
+func mapKeys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestFromUpstreamEnvRefused sets every refused variable to a value
+// other than its default (refused, by name, with what to do instead) and
+// to its default (accepted); every accepted one is noted when set.
+func TestFromUpstreamEnvRefused(t *testing.T) {
+	for _, u := range config.UpstreamVars {
+		switch u.Handling() {
+		case "refused":
+			t.Run(u.Name, func(t *testing.T) {
+				env, _ := upstreamBase(t)
+				_, err := config.FromUpstreamEnv(append(env, u.Name+"="+otherValue(u)))
+				if err == nil || !errors.Is(err, config.ErrUpstreamEnv) || !strings.Contains(err.Error(), u.Name+"=") || !strings.Contains(err.Error(), u.Refuse) {
+					t.Errorf("%s=%s: err %v; want it refused by name, with %q", u.Name, otherValue(u), err, u.Refuse)
+				}
+				if u.Default != "" || u.Kind() == "bool" {
+					def := u.Default
+					if def == "" {
+						def = "false"
+					}
+					if _, err := config.FromUpstreamEnv(append(env, u.Name+"="+def)); err != nil {
+						t.Errorf("%s at its default %q: %v; want it accepted", u.Name, def, err)
+					}
+				}
+			})
+		case "accepted":
+			t.Run(u.Name, func(t *testing.T) {
+				env, _ := upstreamBase(t)
+				c, err := config.FromUpstreamEnv(append(env, u.Name+"="+otherValue(u)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(c.EnvoyRLS.Upstream.Notes, func(n string) bool { return strings.HasPrefix(n, u.Name+"=") }) {
+					t.Errorf("%s set: notes %q; want one naming it", u.Name, c.EnvoyRLS.Upstream.Notes)
+				}
+			})
+		}
+	}
+}
+
+// otherValue is a valid value of u's kind other than its default.
+func otherValue(u config.UpstreamVar) string {
+	switch u.Kind() {
+	case "bool":
+		if u.Default == "true" {
+			return "false"
+		}
+		return "true"
+	case "int":
+		return "7"
+	case "duration":
+		return "7s"
+	case "float":
+		return "0.25"
+	}
+	return "something-else"
+}
+
+func TestFromUpstreamEnvInvalid(t *testing.T) {
+	for _, tc := range []struct{ v, want string }{
+		{"PORT=http", "PORT=\"http\": want a whole number"},
+		{"PORT=70000", "PORT=70000: want a port"},
+		{"LOG_LEVEL=loud", "LOG_LEVEL=\"loud\""},
+		{"REDIS_SOCKET_TYPE=udp", "REDIS_SOCKET_TYPE=\"udp\": want unix or tcp"},
+		{"REDIS_TYPE=RING", "REDIS_TYPE=\"RING\""},
+		{"REDIS_POOL_SIZE=0", "REDIS_POOL_SIZE=0: want 1 or more"},
+		{"REDIS_TIMEOUT=-1s", "REDIS_TIMEOUT"},
+		{"BACKEND_TYPE=memcache", "BACKEND_TYPE=\"memcache\" is not offered"},
+		{"RUNTIME_SUBDIRECTORY=", "RUNTIME_SUBDIRECTORY is empty"},
+		{"REDIS_TLS_CACERT=/x.pem", "REDIS_TLS is not true"},
+		{"GRPC_SERVER_TLS_CERT=/x.pem", "GRPC_SERVER_USE_TLS is not true"},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED=yes", "want true or false"},
+	} {
+		env, _ := upstreamBase(t)
+		_, err := config.FromUpstreamEnv(append(env, tc.v))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v; want one containing %q", tc.v, err, tc.want)
+		}
+	}
+	// Two problems are both reported.
+	env, _ := upstreamBase(t)
+	_, err := config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true", "MEMCACHE_HOST_PORT=m:11211"))
+	if err == nil || !strings.Contains(err.Error(), "USE_PROMETHEUS") || !strings.Contains(err.Error(), "MEMCACHE_HOST_PORT") {
+		t.Errorf("err %v; want both variables named", err)
+	}
+	// A variable upstream does not have is ignored.
+	if _, err := config.FromUpstreamEnv(append(env, "NOT_A_RATELIMIT_VARIABLE=1", "PATH=/bin")); err != nil {
+		t.Errorf("unknown variables: %v; want them ignored", err)
+	}
+}
+
+// TestFromUpstreamEnvDirectory holds the reading of the runtime
+// directory to envoyproxy/ratelimit's: every file, any name,
+// subdirectories too, dotfiles per RUNTIME_IGNOREDOTFILES, two files of
+// one domain an error, a link to a directory not followed.
+func TestFromUpstreamEnvDirectory(t *testing.T) {
+	env, root := upstreamBase(t)
+	conf := filepath.Join(root, "rl", "config")
+	file := func(rel, domain string) {
+		t.Helper()
+		p := filepath.Join(conf, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, p, "domain: "+domain+"\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	}
+	file("top.yaml", "top")
+	file("deep/er/file.json", "deeper")
+	file(".hidden", "hidden")
+	file(".dotdir/inside", "dotdir")
+	domains := func(extra ...string) []string {
+		t.Helper()
+		c, err := config.FromUpstreamEnv(append(env, extra...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mapKeys(c.EnvoyRLS.Domains())
+	}
+	if got := strings.Join(domains(), ","); got != "d,deeper,dotdir,hidden,top" {
+		t.Errorf("domains %s; want d,deeper,dotdir,hidden,top (every file)", got)
+	}
+	if got := strings.Join(domains("RUNTIME_IGNOREDOTFILES=true"), ","); got != "d,deeper,top" {
+		t.Errorf("with RUNTIME_IGNOREDOTFILES: domains %s; want d,deeper,top", got)
+	}
+	if err := os.Symlink(filepath.Join(conf, "deep"), filepath.Join(conf, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(domains(), ","); got != "d,deeper,dotdir,hidden,top" {
+		t.Errorf("with a link to a directory: domains %s; want it not followed", got)
+	}
+	file("again", "top")
+	_, err := config.FromUpstreamEnv(env)
+	if err == nil || !strings.Contains(err.Error(), `"top" is also the domain of`) {
+		t.Errorf("two files of one domain: err %v; want it refused", err)
+	}
+}
+
+// TestUpstreamVarsDocumented: docs/envoy.md's table lists every variable
+// of UpstreamVars, in its order, with what sluice does with it.
+func TestUpstreamVarsDocumented(t *testing.T) {
+	data, err := os.ReadFile("../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			rows = append(rows, line)
+		}
+	}
+	if len(rows) != len(config.UpstreamVars) {
+		t.Errorf("docs/envoy.md lists %d variables; the code knows %d", len(rows), len(config.UpstreamVars))
+	}
+	for i, u := range config.UpstreamVars {
+		if i >= len(rows) {
+			break
+		}
+		cells := strings.Split(rows[i], "|")
+		if len(cells) != 5 || strings.TrimSpace(cells[1]) != "`"+u.Name+"`" || strings.TrimSpace(cells[3]) != u.Handling()+": "+u.Note {
+			t.Errorf("docs/envoy.md row %d: %s\nwant | `%s` | … | %s: %s |", i+1, rows[i], u.Name, u.Handling(), u.Note)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package envoyrls
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// UpstreamServiceName is the name envoyproxy/ratelimit reports its health
+// under, which probes written for it ask for.
+const UpstreamServiceName = "ratelimit"
+
+// asUpstream applies what envoyproxy/ratelimit's environment asks of an
+// answer (`sluice ratelimit`): SHADOW_MODE turns an OVER_LIMIT overall
+// code into OK (the statuses keep theirs); without
+// LIMIT_RESPONSE_HEADERS_ENABLED there are no headers, and with it the
+// LIMIT_*_HEADER names rename the RateLimit headers. Nothing without up.
+func asUpstream(up *config.Upstream, resp *rlsv3.RateLimitResponse) {
+	if up == nil {
+		return
+	}
+	if up.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	if !up.Headers {
+		resp.ResponseHeadersToAdd = nil
+		return
+	}
+	for _, h := range resp.ResponseHeadersToAdd {
+		if name, ok := up.HeaderNames[http.CanonicalHeaderKey(h.Key)]; ok {
+			h.Key = name
+		}
+	}
+}
+
+// maxJSONBytes bounds a /json request body.
+const maxJSONBytes = 64 << 10
+
+// JSONHandler serves envoyproxy/ratelimit's POST /json: a
+// RateLimitRequest in protobuf's JSON form, decided as the gRPC service
+// decides it, answered in the same form: 200 (OK), 429 (OVER_LIMIT), 400
+// for a request that does not read or that the service refuses.
+func JSONHandler(source Source, log *slog.Logger) http.Handler {
+	svc := &service{source: source, log: log, now: time.Now}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
+		var req rlsv3.RateLimitRequest
+		if err == nil {
+			err = protojson.Unmarshal(body, &req)
+		}
+		var resp *rlsv3.RateLimitResponse
+		if err == nil {
+			resp, err = svc.ShouldRateLimit(r.Context(), &req)
+		}
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+}
+
+// Dump writes the limits of rls as envoyproxy/ratelimit's /rlconfig does,
+// one a line: the full key (domain, then each level's key_value, joined
+// by dots), the unit, requests_per_unit, shadow_mode and quota_mode. The
+// lines are sorted (there, in map order).
+func Dump(w io.Writer, rls *config.EnvoyRLS) {
+	var lines []string
+	var walk func(prefix string, d *config.RLSDescriptor)
+	walk = func(prefix string, d *config.RLSDescriptor) {
+		if l := d.Limit; l != nil {
+			unit := l.Unit
+			if unit == "" {
+				unit = "UNKNOWN"
+			}
+			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+				prefix, unit, l.RequestsPerUnit, l.Shadow, l.Quota))
+		}
+		for key, child := range d.Children {
+			walk(prefix+"."+key, child)
+		}
+	}
+	for domain, top := range rls.Domains() {
+		walk(domain, top)
+	}
+	slices.Sort(lines)
+	_, _ = io.WriteString(w, strings.Join(lines, ""))
+}

@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/envoyrls"
+)
+
+// SetLoader makes reloads (SIGHUP, the file watch) read the configuration
+// with load instead of the file given to New: `sluice ratelimit` builds
+// it from the environment and the descriptor files. Call it before Serve.
+func (g *Gateway) SetLoader(load func() (*config.Config, error)) { g.load = load }
+
+func (g *Gateway) loadConfig() (*config.Config, error) {
+	if g.load != nil {
+		return g.load()
+	}
+	return config.Load(g.path)
+}
+
+// trafficHandler is what the traffic listener serves: the gateway, or,
+// for `sluice ratelimit`, envoyproxy/ratelimit's HTTP endpoints.
+func (g *Gateway) trafficHandler(cfg *config.Config) http.Handler {
+	if cfg.EnvoyRLS.Upstream == nil {
+		return g
+	}
+	mux := http.NewServeMux()
+	// /healthcheck: OK until shutdown starts (SIGTERM), then 500, as
+	// envoyproxy/ratelimit answers it.
+	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("OK"))
+	})
+	mux.Handle("/json", envoyrls.JSONHandler(g.rlsSource, g.log))
+	return mux
+}
+
+// rlsSource is what the rate limit service decides with: the running
+// configuration's descriptors and Limiter.
+func (g *Gateway) rlsSource() (*config.EnvoyRLS, *httplimit.Limiter) {
+	st := g.state.Load()
+	return &st.cfg.EnvoyRLS, st.limiter
+}
+
+// serveRLConfig is envoyproxy/ratelimit's /rlconfig of its debug
+// listener: the limits loaded, one a line.
+func (g *Gateway) serveRLConfig(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	envoyrls.Dump(w, &g.Config().EnvoyRLS)
+}
