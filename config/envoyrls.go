@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -32,6 +33,20 @@ type EnvoyRLS struct {
 	ConfigDir string `yaml:"config_dir"`
 	// TLS of the gRPC listener, in place of the top-level tls (tls.go).
 	TLS *TLS `yaml:"tls"`
+	// ResponseHeaders is what an answer's response_headers_to_add carry:
+	// "sluice" (the default: the RateLimit headers of the top-level
+	// headers setting), "envoyproxy" (envoyproxy/ratelimit's three with
+	// LIMIT_RESPONSE_HEADERS_ENABLED: the limit, what remains and the
+	// seconds until the window resets, named by the three fields below)
+	// or "none".
+	ResponseHeaders string `yaml:"response_headers"`
+	LimitHeader     string `yaml:"limit_header"`     // default RateLimit-Limit
+	RemainingHeader string `yaml:"remaining_header"` // default RateLimit-Remaining
+	ResetHeader     string `yaml:"reset_header"`     // default RateLimit-Reset
+	// DynamicMetadata: every answer carries dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does (the domain,
+	// the descriptors, and the metadata: of the limits that passed).
+	DynamicMetadata bool `yaml:"response_dynamic_metadata"`
 	// Upstream, when set, serves as envoyproxy/ratelimit does (`sluice
 	// ratelimit`, FromUpstreamEnv): ConfigDir is read the way it reads
 	// its runtime directory, and its HTTP endpoints are served. Never
@@ -64,15 +79,50 @@ type RLSDescriptor struct {
 	// Children are the descriptors below, by "key_value", or "key" alone
 	// when the value is empty, as envoyproxy/ratelimit indexes them.
 	Children map[string]*RLSDescriptor
-	// Wildcards are the keys of Children whose value ends in "*", in the
-	// order of the file: a value that matches none exactly takes the
-	// first whose prefix it has.
+	// Wildcards are the keys of Children whose value holds a "*", in the
+	// order of the file: a "key_value" that matches none exactly takes
+	// the first that matches it (Wildcard).
 	Wildcards []string
 	// Limit is the descriptor's rate_limit; nil when it has none.
 	Limit *RLSLimit
 	// Shared is the wildcard value ("files/*") under share_threshold:
 	// every value it matches counts in one bucket. Empty otherwise.
 	Shared string
+
+	wild [][]string // Wildcards, each split on "*"
+}
+
+// Wildcard returns the child of the first wildcard (in the order of the
+// file) that final, a request entry's "key_value", matches, and its key;
+// nil when none does. Each "*" stands for any run of characters, none
+// included, wherever it is in the value (envoyproxy/ratelimit's main since
+// March 2026; its January 2026 commit only knew a trailing "*").
+func (d *RLSDescriptor) Wildcard(final string) (*RLSDescriptor, string) {
+	for i, parts := range d.wild {
+		if globMatch(parts, final) {
+			return d.Children[d.Wildcards[i]], d.Wildcards[i]
+		}
+	}
+	return nil, ""
+}
+
+// globMatch reports whether s is parts joined by runs of any characters:
+// it starts with the first part, ends with the last, and holds the others
+// in order between them without overlap.
+func globMatch(parts []string, s string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // RLSLimit is one rate_limit of a descriptor file.
@@ -96,8 +146,11 @@ type RLSLimit struct {
 	// Counted: the decision is envoyproxy/ratelimit's fixed window, which
 	// counts a refused hit too. False for sluice's other algorithms.
 	Counted bool
-	File    string
-	Line    int
+	// Metadata is the descriptor's metadata:, returned in an answer's
+	// dynamic metadata when the limit passes; nil without one.
+	Metadata *structpb.Struct
+	File     string
+	Line     int
 }
 
 // The units of envoyproxy/ratelimit, in seconds.
@@ -123,6 +176,87 @@ type rlsDescriptor struct {
 	DetailedMetric bool            `yaml:"detailed_metric"`
 	ValueToMetric  bool            `yaml:"value_to_metric"`
 	ShareThreshold bool            `yaml:"share_threshold"`
+	Metadata       rlsMetadata     `yaml:"metadata"`
+}
+
+// rlsMetadata is a descriptor's metadata: any YAML mapping, read as a
+// protobuf Struct (numbers, strings, booleans, null, lists and mappings).
+type rlsMetadata struct{ s *structpb.Struct }
+
+func (m *rlsMetadata) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n.Line, path, "want a mapping of names to values (the dynamic metadata of an answer), not %s", kindName(n))
+		return
+	}
+	if len(n.Content) == 0 {
+		return
+	}
+	v, err := structValue(n, 0)
+	var le *lineError
+	if errors.As(err, &le) {
+		d.fail(le.line, path, "%s", le.msg)
+		return
+	}
+	m.s = v.GetStructValue()
+}
+
+// lineError is a mistake at a line of a descriptor file.
+type lineError struct {
+	line int
+	msg  string
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
+
+// structValue is the protobuf value of the YAML node n, at nesting depth.
+func structValue(n *yaml.Node, depth int) (*structpb.Value, error) {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if depth > 32 {
+		return nil, &lineError{n.Line, "nested more than 32 deep; want flatter metadata"}
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		fields := make(map[string]*structpb.Value, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, &lineError{k.Line, "a metadata name must be a plain value, not " + kindName(k)}
+			}
+			v, err := structValue(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			fields[k.Value] = v
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), nil
+	case yaml.SequenceNode:
+		vals := make([]*structpb.Value, len(n.Content))
+		for i, c := range n.Content {
+			v, err := structValue(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			vals[i] = v
+		}
+		return structpb.NewListValue(&structpb.ListValue{Values: vals}), nil
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return structpb.NewNullValue(), nil
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return structpb.NewBoolValue(b), nil
+		}
+	case "!!int", "!!float":
+		var f float64
+		if err := n.Decode(&f); err == nil {
+			return structpb.NewNumberValue(f), nil
+		}
+	}
+	return structpb.NewStringValue(n.Value), nil
 }
 
 type rlsRateLimit struct {
@@ -155,6 +289,24 @@ func (v *validator) envoyRLS() {
 			v.fail("envoy_rls.listen", "%q is also the traffic, admin or decision listener; want an address of its own, such as 127.0.0.1:8081", e.Listen)
 		}
 	}
+	switch e.ResponseHeaders {
+	case "":
+		e.ResponseHeaders = "sluice"
+	case "sluice", "envoyproxy", "none":
+	default:
+		v.fail("envoy_rls.response_headers", "%q: want sluice (the headers setting's), envoyproxy (its LIMIT_RESPONSE_HEADERS_ENABLED three) or none", e.ResponseHeaders)
+	}
+	for _, h := range []struct {
+		field string
+		name  *string
+		def   string
+	}{{"limit_header", &e.LimitHeader, "RateLimit-Limit"}, {"remaining_header", &e.RemainingHeader, "RateLimit-Remaining"}, {"reset_header", &e.ResetHeader, "RateLimit-Reset"}} {
+		if *h.name == "" {
+			*h.name = h.def
+		} else if !validHeaderName(*h.name) {
+			v.fail("envoy_rls."+h.field, "%q: want a header name, such as %s", *h.name, h.def)
+		}
+	}
 	if e.ConfigDir == "" {
 		return
 	}
@@ -182,7 +334,45 @@ func (v *validator) envoyRLS() {
 	for _, f := range files {
 		l.file(f)
 	}
+	if len(l.domains) > 0 {
+		l.overrides()
+	}
 	e.domains, e.policies = l.domains, l.policies
+}
+
+// RLSOverridePolicy is the name of the policy that counts the hits of
+// descriptors whose request carries its own limit (Envoy's
+// RateLimitDescriptor.limit) in the unit given (SECOND … YEAR). Its
+// window holds far more than any limit, so it counts every hit and
+// refuses none: the service compares the count with the request's limit.
+func RLSOverridePolicy(unit string) string { return "rls:@limit/" + unit }
+
+// RLSOverrideCapacity is what the window of an override policy of a unit
+// of secs seconds holds: 2^32−1 hits, at most 10^9 a second.
+func RLSOverrideCapacity(secs int64) int64 {
+	return min(math.MaxUint32, 1_000_000_000*secs)
+}
+
+// overrides adds the policies of RLSOverridePolicy, one per unit.
+func (l *rlsLoader) overrides() {
+	for _, unit := range []string{"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR"} {
+		secs := rlsUnits[unit]
+		n := RLSOverrideCapacity(secs)
+		p := httplimit.Policy{
+			Name:          RLSOverridePolicy(unit),
+			Cost:          1,
+			Authenticated: []sluice.Rule{{Rate: float64(n) / float64(secs), Burst: n}},
+			Algorithm:     algo.FixedWindow,
+			CountDenied:   true,
+		}
+		switch l.v.c.Store.OnError {
+		case "closed":
+			p.OnError = httplimit.FailClosed
+		case "local":
+			p.Local = true
+		}
+		l.policies = append(l.policies, p)
+	}
 }
 
 // rlsLoader reads descriptor files into trees and policies; its errors
@@ -277,16 +467,17 @@ func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, at string, 
 			continue
 		}
 		node := &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
-		wildcard := strings.HasSuffix(final, "*")
+		wildcard := strings.Contains(final, "*")
 		if d.ShareThreshold {
 			if !wildcard {
-				l.fail(dp+".share_threshold", "needs a wildcard value ending in '*', such as value: files/*; %q has none", d.Value)
+				l.fail(dp+".share_threshold", "needs a wildcard value holding a '*', such as value: files/*; %q has none", d.Value)
 			} else {
 				node.Shared = d.Value
 			}
 		}
 		if wildcard {
 			parent.Wildcards = append(parent.Wildcards, final)
+			parent.wild = append(parent.wild, strings.Split(final, "*"))
 		}
 		path := name + "/" + d.Key
 		if d.Value != "" {
@@ -305,7 +496,7 @@ func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, at string, 
 func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	rl := d.RateLimit
 	at := dp + ".rate_limit"
-	lim := &RLSLimit{Unlimited: rl.Unlimited, Name: rl.Name, Shadow: d.ShadowMode, Quota: d.QuotaMode, File: l.cur, Line: l.lines[at]}
+	lim := &RLSLimit{Unlimited: rl.Unlimited, Name: rl.Name, Shadow: d.ShadowMode, Quota: d.QuotaMode, Metadata: d.Metadata.s, File: l.cur, Line: l.lines[at]}
 	unit := strings.ToUpper(rl.Unit)
 	secs, validUnit := rlsUnits[unit]
 	switch {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,7 +84,8 @@ descriptors:
 			t.Fatalf("%s has a pattern", p.Name)
 		}
 	}
-	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=/api/*"
+	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=/api/* " +
+		"rls:@limit/SECOND rls:@limit/MINUTE rls:@limit/HOUR rls:@limit/DAY rls:@limit/WEEK rls:@limit/MONTH rls:@limit/YEAR"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("policies\n%s\nwant\n%s", got, want)
 	}
@@ -101,7 +103,7 @@ descriptors:
 	if api.Shared != "/api/*" || api.Limit.Counted || e.Domains()["rl"].Wildcards[0] != "path_/api/*" {
 		t.Fatalf("path: %+v %+v", api, api.Limit)
 	}
-	last := e.Policies()[len(e.Policies())-1]
+	last := e.Policies()[len(e.Policies())-8] // the file's last, before the seven of the overrides
 	if last.Algorithm != "sliding_window" || last.OnError != 1 || last.Authenticated[0].Burst != 7 {
 		t.Fatalf("sliding window policy: %+v", last)
 	}
@@ -136,6 +138,10 @@ func TestEnvoyRLSErrors(t *testing.T) {
 			`burst.yaml:4: descriptors[0].rate_limit.burst: 5: burst is for algorithm: token_bucket or leaky_bucket`},
 		{"yaml", "domain: d\ndescriptors:\n  - key: [\n", `yaml.yaml:3: not valid YAML`},
 		{"list", "domain: d\ndescriptors:\n  key: k\n", `list.yaml:3: descriptors: want a list`},
+		{"metadata", "domain: d\ndescriptors:\n  - key: k\n    metadata: 5\n",
+			`metadata.yaml:4: descriptors[0].metadata: want a mapping of names to values`},
+		{"metakey", "domain: d\ndescriptors:\n  - key: k\n    metadata:\n      ? [a, b]\n      : c\n",
+			`metakey.yaml:5: descriptors[0].metadata: a metadata name must be a plain value, not a list`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := rlsDir(t, map[string]string{tc.name + ".yaml": tc.data})
@@ -170,6 +176,8 @@ func TestEnvoyRLSSection(t *testing.T) {
 		{"envoy_rls:\n  listen: 127.0.0.1:8070\n", `bad.yaml:2: envoy_rls.listen: "127.0.0.1:8070" is also the traffic, admin or decision listener`},
 		{"envoy_rls:\n  listen: 127.0.0.1:8081\n  config_dir: missing\n", `bad.yaml:3: envoy_rls.config_dir: cannot read the descriptor files`},
 		{"envoy_rls:\n  listn: 127.0.0.1:8081\n", `bad.yaml:2: envoy_rls.listn: unknown field (did you mean "listen"?)`},
+		{"envoy_rls:\n  response_headers: upstream\n", `bad.yaml:2: envoy_rls.response_headers: "upstream": want sluice`},
+		{"envoy_rls:\n  reset_header: \"X Reset\"\n", `bad.yaml:2: envoy_rls.reset_header: "X Reset": want a header name`},
 	} {
 		_, err := Parse("bad.yaml", t.TempDir(), []byte(tc.data))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -180,5 +188,85 @@ func TestEnvoyRLSSection(t *testing.T) {
 	c, err = Parse("warn.yaml", dir, []byte("envoy_rls: {config_dir: rl}\n"))
 	if err != nil || len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "envoy_rls.listen is empty") {
 		t.Fatalf("config_dir without listen: %v %v", c.Warnings, err)
+	}
+}
+
+// What envoyproxy/ratelimit's main added in 2026 loads: metadata: as a
+// protobuf Struct on the limit, a '*' anywhere in a value as a wildcard
+// (share_threshold too), quota_mode.
+func TestEnvoyRLSMainAdditions(t *testing.T) {
+	dir := rlsDir(t, map[string]string{"main.yaml": `domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      service_with_quota:
+        name: "service_1"
+      n: 2
+      on: true
+      none: ~
+      when: 2026-07-01
+      list: [1.5, x]
+  - key: path
+    value: /api*v1
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: multi
+    value: a*b*c
+    metadata: {}
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`})
+	c, err := Parse(filepath.Join(dir, "sluice.yaml"), dir, []byte(rlsSection))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := c.EnvoyRLS.Domains()["rl"]
+	svc := top.Children["service_service_1"].Limit
+	if !svc.Quota || svc.Metadata == nil {
+		t.Fatalf("service_1: %+v", svc)
+	}
+	got, err := json.Marshal(svc.Metadata.AsMap())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"list":[1.5,"x"],"n":2,"none":null,"on":true,"service_with_quota":{"name":"service_1"},"when":"2026-07-01"}`; string(got) != want {
+		t.Fatalf("metadata %s, want %s", got, want)
+	}
+	if m := top.Children["multi_a*b*c"].Limit.Metadata; m != nil {
+		t.Fatalf("empty metadata: %v", m)
+	}
+	if top.Children["path_/api*v1"].Shared != "/api*v1" {
+		t.Fatalf("share_threshold of a middle wildcard: %+v", top.Children["path_/api*v1"])
+	}
+	for _, tc := range []struct {
+		final, want string
+	}{
+		{"path_/apiv1", "path_/api*v1"}, {"path_/api/x/v1", "path_/api*v1"}, {"path_/api/v2", ""}, {"path_/apv1", ""},
+		{"multi_abc", "multi_a*b*c"}, {"multi_a-b-c", "multi_a*b*c"}, {"multi_ab", ""}, {"multi_acb", ""}, {"multi_abcabc", "multi_a*b*c"},
+		{"multi_ac", ""}, {"service_service_1", ""},
+	} {
+		if _, key := top.Wildcard(tc.final); key != tc.want {
+			t.Errorf("Wildcard(%q) = %q, want %q", tc.final, key, tc.want)
+		}
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"a*", "a", true}, {"a*", "abc", true}, {"a*", "b", false},
+		{"*z", "z", true}, {"*z", "az", true}, {"*z", "za", false},
+		{"a*a", "a", false}, {"a*a", "aa", true}, {"a*a", "aba", true},
+		{"a*b*c", "abc", true}, {"a*b*c", "acbc", true}, {"a*b*c", "acb", false},
+		{"ab*ba", "aba", false}, {"ab*ba", "abba", true},
+		{"*", "", true}, {"**", "x", true}, {"x*y*z*", "xyz", true}, {"x*y*z*", "xzy", false},
+	} {
+		if got := globMatch(strings.Split(tc.pattern, "*"), tc.s); got != tc.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
 	}
 }

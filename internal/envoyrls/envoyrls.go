@@ -9,14 +9,16 @@
 // Limiter.Decide, the decision core every front door goes through (the
 // proxy, the middleware, /v1/check, /v1/authz), so that store, algorithms, failure
 // policy (on_error) and headers are the same everywhere. The translation
-// follows envoyproxy/ratelimit exactly: the same matching of descriptors
-// (value, then a wildcard value ending in '*', then the key alone; a limit
-// applies only where the request's last entry lands), the same buckets
-// (one per distinct list of entries, or per wildcard under
-// share_threshold), the same fixed window per unit aligned to the Unix
-// epoch, counting a refused hit too, and the same replaces, unlimited,
-// shadow_mode and quota_mode. Two things need no store: unlimited, and
-// requests_per_unit 0, which refuses every hit.
+// follows envoyproxy/ratelimit's main of July 2026: the same matching of
+// descriptors (value, then a wildcard value with a '*' anywhere, then the
+// key alone; a limit applies only where the request's last entry lands),
+// a request's own limit override, the same fixed window per unit aligned
+// to the Unix epoch, counting a refused hit too, and the same replaces,
+// unlimited, shadow_mode, quota_mode, metadata, response headers and
+// dynamic metadata. Buckets are one per distinct list of entries, or per
+// wildcard under share_threshold, where envoyproxy/ratelimit's counter
+// names may merge two lists (docs/envoy.md). Two things need no store:
+// unlimited, and requests_per_unit 0, which refuses every hit.
 package envoyrls
 
 import (
@@ -69,6 +71,9 @@ type decision struct {
 	res    sluice.Result
 	over   bool // over the limit (shadow and quota mode included)
 	failed bool // the store failed and on_error decided
+	// override: the limit is the request's own (a descriptor limit
+	// override), decided by counting in config.RLSOverridePolicy.
+	override bool
 }
 
 // ShouldRateLimit decides every descriptor of req, in order.
@@ -96,7 +101,10 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if len(d.GetEntries()) > maxEntries {
 			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d", len(d.GetEntries()), maxEntries)
 		}
-		l, key := match(top, d)
+		l, key, override := match(top, d)
+		if override && l == nil {
+			return nil, status.Errorf(codes.InvalidArgument, "a descriptor limit override of unit %v; want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", d.GetLimit().GetUnit())
+		}
 		if l != nil && len(l.Replaces) > 0 {
 			if replaced == nil {
 				replaced = make(map[string]bool)
@@ -105,9 +113,13 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				replaced[name] = true
 			}
 		}
-		ds = append(ds, decision{limit: l, key: key, cost: hitsAddend(req, d)})
+		ds = append(ds, decision{limit: l, key: key, cost: hitsAddend(req, d), override: override})
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a
+	// limit outside quota mode is, or when every limit in quota mode is
+	// (its January 2026 commit never refused for a quota limit).
+	var quotas, quotasOver int
 	for i := range ds {
 		d := &ds[i]
 		if d.limit != nil && !d.limit.Unlimited && d.limit.Name != "" && replaced[d.limit.Name] {
@@ -122,29 +134,80 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			continue
 		}
 		s.decide(ctx, lim, d)
+		if d.override {
+			overrideOutcome(d)
+		}
 		st := s.status(d)
 		resp.Statuses[i] = st
+		if d.limit.Quota {
+			quotas++
+		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if d.limit.Quota {
+				quotasOver++
+			} else {
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
 		}
 	}
-	resp.ResponseHeadersToAdd = s.headers(lim, ds, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, time.Since(start))
+	if quotas > 0 && quotas == quotasOver {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
+	switch rls.ResponseHeaders {
+	case "envoyproxy":
+		resp.ResponseHeadersToAdd = s.envoyproxyHeaders(rls, ds, resp.Statuses)
+	case "none":
+	default:
+		resp.ResponseHeadersToAdd = s.headers(lim, ds, over, time.Since(start))
+	}
+	if rls.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, ds, resp.Statuses)
+	}
 	asUpstream(rls.Upstream, resp)
 	return resp, nil
+}
+
+// overrideOutcome decides d, a descriptor of a request's own limit, from
+// what its override policy counted: over when the window's count, this
+// hit included, passes the request's requests_per_unit, as
+// envoyproxy/ratelimit's counter does.
+func overrideOutcome(d *decision) {
+	if d.failed || d.over {
+		return
+	}
+	count := max(0, d.res.Limit-d.res.Remaining)
+	n := int64(d.limit.RequestsPerUnit)
+	d.over = count > n
+	d.res.Limit, d.res.Remaining = n, max(0, n-count)
 }
 
 // match finds the limit of descriptor d in the domain's tree top as
 // envoyproxy/ratelimit does, and the key of its bucket: every entry's key
 // and value (or the wildcard value under share_threshold), each
-// length-prefixed so that no two lists of entries share a key.
-func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (*config.RLSLimit, string) {
+// length-prefixed so that no two lists of entries share a key. A
+// descriptor that carries its own limit (Envoy's descriptor limit
+// override) takes it in a domain that has a file, whatever the file says,
+// as there; override reports that.
+func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (limit *config.RLSLimit, key string, override bool) {
 	if top == nil {
-		return nil, ""
+		return nil, "", false
 	}
 	entries := d.GetEntries()
-	var limit *config.RLSLimit
 	var kb [128]byte
-	key := kb[:0]
+	if o := d.GetLimit(); o != nil {
+		unit := o.GetUnit().String()
+		secs := unitSeconds[unit]
+		if secs == 0 {
+			return nil, "", true // refused by the caller
+		}
+		k := kb[:0]
+		for _, e := range entries {
+			k = appendPart(appendPart(k, e.GetKey()), e.GetValue())
+		}
+		return &config.RLSLimit{Policy: config.RLSOverridePolicy(unit), Unit: unit, UnitSeconds: secs, RequestsPerUnit: o.GetRequestsPerUnit(), Counted: true}, string(k), true
+	}
+	k := kb[:0]
 	var fb [128]byte
 	node := top
 	for i, e := range entries {
@@ -152,21 +215,17 @@ func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (*conf
 		next := node.Children[string(final)]
 		wild := false
 		if next == nil {
-			for _, w := range node.Wildcards {
-				if strings.HasPrefix(string(final), w[:len(w)-1]) {
-					next, wild = node.Children[w], true
-					break
-				}
-			}
+			next, _ = node.Wildcard(string(final))
+			wild = next != nil
 		}
 		if next == nil {
 			next = node.Children[e.GetKey()]
 		}
 		value := e.GetValue()
-		if wild && next != nil && next.Shared != "" {
+		if wild && next.Shared != "" {
 			value = next.Shared
 		}
-		key = appendPart(appendPart(key, e.GetKey()), value)
+		k = appendPart(appendPart(k, e.GetKey()), value)
 		if next != nil && next.Limit != nil && i == len(entries)-1 {
 			limit = next.Limit
 		}
@@ -176,9 +235,15 @@ func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (*conf
 		node = next
 	}
 	if limit == nil {
-		return nil, ""
+		return nil, "", false
 	}
-	return limit, string(key)
+	return limit, string(k), false
+}
+
+// unitSeconds is the length of each unit of a descriptor limit override.
+var unitSeconds = map[string]int64{
+	"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400,
+	"WEEK": 7 * 86400, "MONTH": 30 * 86400, "YEAR": 365 * 86400,
 }
 
 func appendPart(b []byte, s string) []byte {
@@ -233,9 +298,6 @@ func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus 
 	if !d.over {
 		st.LimitRemaining = uint32(min(max(0, d.res.Remaining), math.MaxUint32))
 	}
-	if d.over && l.Quota {
-		return st // reported, never refused, and no reset: as there
-	}
 	if d.over && !l.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -254,7 +316,7 @@ func (s *service) resetSeconds(d *decision) int64 {
 		return max(1, ceilSeconds(d.res.RetryAfter))
 	case d.limit.Policy != "" && !d.failed:
 		reset := d.res.ResetAfter
-		if d.over {
+		if d.over && !d.limit.Counted { // a window ends when it ends
 			reset = max(reset, d.res.RetryAfter)
 		}
 		if reset > 0 {
@@ -313,13 +375,20 @@ func (s *service) headers(lim *httplimit.Limiter, ds []decision, over bool, elap
 	d := &ds[best]
 	var h http.Header
 	switch {
-	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0:
+	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0 && !d.override:
 		h = lim.Fields(d.limit.Policy, d.key, d.res, elapsed)
+		if _, ok := h[xReset]; ok {
+			// Seconds until the window resets, as envoyproxy/ratelimit's
+			// reset header counts, not the Unix time of sluice's proxy.
+			h[xReset] = []string{strconv.FormatInt(s.resetSeconds(d), 10)}
+		}
 	case over:
 		h = http.Header{"Retry-After": {strconv.FormatInt(max(1, s.resetSeconds(d)), 10)}}
 	}
 	return headerValues(h)
 }
+
+var xReset = http.CanonicalHeaderKey("X-RateLimit-Reset")
 
 func wait(d *decision) time.Duration { return max(d.res.RetryAfter, d.res.ResetAfter) }
 

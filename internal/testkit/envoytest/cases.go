@@ -13,29 +13,77 @@ import (
 // Case is a set of envoyproxy/ratelimit's own configuration files, loaded
 // together by one service, and the sequences of requests to send it.
 type Case struct {
-	Name      string
-	Files     []string // paths inside envoyproxy/ratelimit's module source
+	Name  string
+	Files []string // paths inside envoyproxy/ratelimit's module source
+	// Inline are descriptor files of the case's own, by name.
+	Inline    map[string]string
 	Sequences []Sequence
+	// Since is the first release that knows every field of the files: a
+	// case is held only against releases from it on (Releases order);
+	// empty for every release.
+	Since string
+}
+
+// In reports whether the case applies to the release r.
+func (c Case) In(r Release) bool { return since(c.Since, r) }
+
+// In reports whether the sequence applies to the release r.
+func (s Sequence) In(r Release) bool { return since(s.Since, r) }
+
+// since reports whether r is the release of version v or newer.
+func since(v string, r Release) bool {
+	if v == "" {
+		return true
+	}
+	for _, x := range Releases() {
+		if x.Version == r.Version {
+			return true
+		}
+		if x.Version == v {
+			return false
+		}
+	}
+	return false
 }
 
 // Sequence is an ordered list of requests, sent from an empty store.
 type Sequence struct {
 	Name     string
 	Requests []*rlsv3.RateLimitRequest
+	// Since is the first release whose answers to it sluice gives, when
+	// older ones answer otherwise (docs/envoy.md says how); empty for
+	// every release.
+	Since string
 }
 
-// Load reads the case's files from envoyproxy/ratelimit's module source:
-// base name → content.
-func (c Case) Load() (map[string]string, error) {
-	src, err := Source()
+// newer marks sq as answered the way sluice does from the release r on.
+func newer(r Release, sq Sequence) Sequence {
+	sq.Since = r.Version
+	return sq
+}
+
+// Load reads the case's files from envoyproxy/ratelimit's module source at
+// Version: base name → content.
+func (c Case) Load() (map[string]string, error) { return c.LoadFrom(January) }
+
+// LoadFrom reads the case's files from the release's source, each file
+// named in Files, then those in Inline: base name → content.
+func (c Case) LoadFrom(r Release) (map[string]string, error) {
+	files := map[string]string{}
+	for name, body := range c.Inline {
+		files[name] = body
+	}
+	if len(c.Files) == 0 {
+		return files, nil
+	}
+	src, err := r.Source()
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]string{}
 	for _, f := range c.Files {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
-			return nil, fmt.Errorf("envoytest: read %s of %s@%s: %w", f, Module, Version, err)
+			return nil, fmt.Errorf("envoytest: read %s of %s@%s: %w", f, Module, r.Version, err)
 		}
 		files[filepath.Base(f)] = string(b)
 	}
@@ -119,6 +167,16 @@ func Cases() []Case {
 				many("rl", 1, WithHits(D("foo", "h"), 2), WithHits(D("foo", "h", "bar", "x"), 3)),
 				many("rl", 1, D("foo", "h", "bar", "x")),
 			),
+			// Quota mode refuses once every quota limit of a call is
+			// over, and the metadata: of the limits that passed comes back
+			// in the dynamic metadata, since main of March to July 2026:
+			// upstream's integration-test/scripts/quota.sh.
+			newer(Main, seq("quota mode and metadata",
+				times(3, many("rl", 0, D("service", "service_1"), D("service", "service_2"))[0]),
+				many("rl", 0, D("service", "service_1")),
+				many("rl", 0, WithHits(D("service", "service_2"), 0), D("service", "service_3")),
+				many("rl", 2, D("service", "service_2"), D("foo", "q")),
+			)),
 			seq("per second",
 				times(3, one("rl", "foo", "s", "baz", "q")[0]),
 				many("rl", 0, D("foo", "t", "baz", "q"), D("foo", "t", "baz", "not-so-shady")),
@@ -203,14 +261,26 @@ func Cases() []Case {
 				one("test-domain", "noWild", "foo"),
 				one("test-domain", "noWild", "foo1"),
 				hits("test-domain", 21, "noVal", "anything"),
-				one("test-domain", "midWild", "barxb"),
-				one("test-domain", "midWild", "bar*b"),
 				one("test-domain", "midWild", "barxyz"),
 				hits("test-domain", 20, "nestedWild", "val1", "wild", "goo5"),
 				one("test-domain", "nestedWild", "val1", "wild", "goo5"),
 				one("test-domain", "nestedWild", "val1", "wild", "goo"),
 				one("test-domain", "nestedWild", "val2", "wild", "goo5"),
 			),
+			// A '*' inside a value is a wildcard since March 2026 (a
+			// literal before).
+			newer(Main, seq("middle wildcards",
+				hits("test-domain", 19, "midWild", "barxb"),
+				one("test-domain", "midWild", "bar*b"),
+				one("test-domain", "midWild", "bab"),
+				one("test-domain", "midWild", "bb"),
+				one("test-domain", "midWild", "barb"),
+				hits("test-domain", 9, "multiWild", "foobarbaz"),
+				one("test-domain", "multiWild", "foo-bar-baz"),
+				one("test-domain", "multiWild", "foo-baz-bar"),
+				one("test-domain", "multiWild", "foobarbazbaz"),
+				one("test-domain", "multiWild", "foobaz"),
+			)),
 		},
 	}, {
 		Name: "integration",
@@ -261,6 +331,16 @@ func Cases() []Case {
 				hits("test-domain", 99, "file", "test2"),
 				times(2, one("test-domain", "file", "test3")[0]),
 			),
+			newer(Main, seq("middle wildcards",
+				hits("test-domain", 99, "midpath", "/api/x/v1"),
+				times(2, one("test-domain", "midpath", "/apiv1")[0]),
+				hits("test-domain", 49, "multiroute", "svc-a-ep-b-rpc"),
+				times(2, one("test-domain", "multiroute", "svcXepYrpc")[0]),
+				hits("test-domain", 79, "midroute", "/api/a/v2"),
+				times(2, one("test-domain", "midroute", "/api/b/v2")[0]),
+				hits("test-domain", 59, "tenant", "t1prod", "resource", "res1v2"),
+				times(2, one("test-domain", "tenant", "t2prod", "resource", "res2v2")[0]),
+			)),
 		},
 	}, {
 		Name:  "share_threshold integration",
@@ -274,5 +354,49 @@ func Cases() []Case {
 				one("share-threshold-test", "files_no_share", "files_no_share/a"),
 			),
 		},
+	}, {
+		Name:  "metadata",
+		Files: []string{"test/config/metadata.yaml"},
+		Since: Main.Version,
+		Sequences: []Sequence{
+			seq("per second",
+				times(6, one("test-domain", "key1", "value1", "subkey1", "a")[0]),
+				many("test-domain", 0, D("key1", "value1", "subkey1", "b"), D("key1", "value1", "subkey1", "subvalue1")),
+			),
+			seq("per minute",
+				hits("test-domain", 19, "key2", "x"),
+				many("test-domain", 0, D("key2", "x"), D("key1", "value1", "subkey1", "c"), D("nothing", "x")),
+				many("test-domain", 3, D("key2", "y"), D("key2", "x")),
+			),
+		},
+	}, {
+		// No request overrides the limit of entries that another request
+		// counts under the file's limit: envoyproxy/ratelimit names both
+		// counters by the entries and the window's start, so they are one
+		// when the two windows start at the same second (an hour's and a
+		// day's at midnight UTC), which sluice keeps apart.
+		Name:   "descriptor limit override",
+		Inline: map[string]string{"override.yaml": overrideDomain},
+		Sequences: []Sequence{
+			seq("per minute",
+				many("override", 0, WithLimit(D("tenant", "a"), 2, "MINUTE")),
+				many("override", 0, WithLimit(D("tenant", "a"), 2, "MINUTE")),
+				many("override", 0, WithLimit(D("tenant", "a"), 2, "MINUTE")),
+				many("override", 0, WithLimit(D("unknown", "a"), 1, "MINUTE"), D("tenant", "b")),
+				many("override", 0, WithLimit(D("unknown", "a"), 1, "MINUTE"), WithHits(WithLimit(D("unknown", "b"), 0, "HOUR"), 0)),
+				many("override", 3, WithLimit(D("tenant", "c", "user", "u"), 5, "HOUR")),
+				many("override", 3, WithLimit(D("tenant", "c", "user", "u"), 5, "HOUR")),
+				many("no_such_domain", 0, WithLimit(D("tenant", "a"), 0, "MINUTE")),
+			),
+		},
 	}}
 }
+
+// overrideDomain is a descriptor file whose limits requests override.
+const overrideDomain = `domain: override
+descriptors:
+  - key: tenant
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+`

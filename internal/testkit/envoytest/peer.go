@@ -56,7 +56,18 @@ func Start(t testing.TB, files map[string]string) *Peer {
 // descriptors' keys and values, so they do not collide with sluice's.
 func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Peer {
 	t.Helper()
-	bin, err := Binary()
+	return StartRelease(t, January, redis, files, nil)
+}
+
+// StartRelease is StartOn for the release r, with the variables of env
+// added to the peer's environment (Environ's are overridden). A release
+// that is unavailable (ErrUnavailable) skips the test, saying why.
+func StartRelease(t testing.TB, r Release, redis *redistest.Server, files map[string]string, env map[string]string) *Peer {
+	t.Helper()
+	bin, err := r.Binary()
+	if errors.Is(err, ErrUnavailable) && r.SourceEnv != "" {
+		t.Skipf("envoyproxy/ratelimit %s: %v", r.Name, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +81,7 @@ func StartOn(t testing.TB, redis *redistest.Server, files map[string]string) *Pe
 			t.Fatal(err)
 		}
 	}
-	p := startIn(t, bin, dir, redis.Addr(), nil)
+	p := startIn(t, bin, dir, redis.Addr(), env)
 	p.redis = redis
 	return p
 }

@@ -2,9 +2,12 @@ package envoytest
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // The harness builds and starts the real envoyproxy/ratelimit on its
@@ -52,33 +55,46 @@ func TestPeerAnswers(t *testing.T) {
 	t.Fatal("every run crossed a minute boundary")
 }
 
-// Every case's files load in envoyproxy/ratelimit and every sequence gets
-// an answer to every request, so the differential test compares answers,
-// not errors.
+// Every case's files load in each release of envoyproxy/ratelimit it is
+// held against, and every sequence gets an answer to every request, so the
+// differential test compares answers, not errors.
 func TestCasesLoadInPeer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds envoyproxy/ratelimit")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for _, tc := range Cases() {
-		t.Run(tc.Name, func(t *testing.T) {
-			files, err := tc.Load()
-			if err != nil {
-				t.Fatal(err)
-			}
-			peer := Start(t, files)
-			c := Dial(t, "envoyproxy/ratelimit", peer.Addr())
-			for _, sq := range tc.Sequences {
-				out, _, _, err := Run(ctx, []*Client{c}, sq.Requests)
-				if err != nil {
-					t.Fatalf("%s: %v\n%s", sq.Name, err, peer.Log())
+	for _, r := range Releases() {
+		t.Run(r.Name, func(t *testing.T) {
+			for _, tc := range Cases() {
+				if !tc.In(r) {
+					continue
 				}
-				for i, o := range out[0] {
-					if o.Overall == "UNKNOWN" || len(o.Statuses) != len(sq.Requests[i].Descriptors) {
-						t.Errorf("%s request %d: %v", sq.Name, i+1, o)
+				t.Run(tc.Name, func(t *testing.T) {
+					files, err := tc.LoadFrom(r)
+					if errors.Is(err, ErrUnavailable) && r.SourceEnv != "" {
+						t.Skip(err)
 					}
-				}
+					if err != nil {
+						t.Fatal(err)
+					}
+					peer := StartRelease(t, r, redistest.Start(t), files, nil)
+					c := Dial(t, "envoyproxy/ratelimit "+r.Name, peer.Addr())
+					for _, sq := range tc.Sequences {
+						if !sq.In(r) {
+							continue
+						}
+						out, _, _, err := Run(ctx, []*Client{c}, sq.Requests)
+						if err != nil {
+							t.Fatalf("%s: %v\n%s", sq.Name, err, peer.Log())
+						}
+						for i, o := range out[0] {
+							if o.Overall == "UNKNOWN" || len(o.Statuses) != len(sq.Requests[i].Descriptors) {
+								t.Errorf("%s request %d: %v", sq.Name, i+1, o)
+							}
+						}
+					}
+				})
 			}
 		})
 	}

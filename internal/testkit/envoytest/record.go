@@ -2,15 +2,21 @@ package envoytest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -32,11 +38,23 @@ func Dial(t testing.TB, name, addr string) *Client {
 	return &Client{Name: name, rls: rlsv3.NewRateLimitServiceClient(conn)}
 }
 
-// Outcome is what one ShouldRateLimit answer decides: the overall code and,
-// per descriptor, its code, limit, what remains and when the window resets.
+// Outcome is every field of one ShouldRateLimit answer: the overall code,
+// per descriptor its code, limit, what remains, when the window resets and
+// its quota bucket, the response headers to add, the request headers to
+// add, the dynamic metadata, the raw body and the answer's quota.
 type Outcome struct {
 	Overall  string
 	Statuses []Status
+	// Headers are response_headers_to_add as "name: value", in order;
+	// RequestHeaders request_headers_to_add.
+	Headers        []string
+	RequestHeaders []string
+	// Metadata is dynamic_metadata as JSON with sorted names, each
+	// descriptor's "limit" (a protobuf text whose spacing varies by
+	// design) with its spaces collapsed; "" without it.
+	Metadata string
+	Body     string // raw_body
+	Quota    string // the answer's quota, as text; "" without one
 }
 
 // Status is one descriptor's part of an answer.
@@ -48,10 +66,15 @@ type Status struct {
 	// envoyproxy/ratelimit computes it from the Unix time in whole seconds
 	// (unit − now mod unit), the ceiling of the exact time left.
 	Reset int64
+	Quota string // the descriptor's quota bucket, as text; "" without one
 }
 
 func (s Status) String() string {
-	return fmt.Sprintf("%s[%s] remaining %d reset %ds", s.Code, s.Limit, s.Remaining, s.Reset)
+	q := ""
+	if s.Quota != "" {
+		q = " quota " + s.Quota
+	}
+	return fmt.Sprintf("%s[%s] remaining %d reset %ds%s", s.Code, s.Limit, s.Remaining, s.Reset, q)
 }
 
 func (o Outcome) String() string {
@@ -59,7 +82,89 @@ func (o Outcome) String() string {
 	for i, s := range o.Statuses {
 		parts[i] = s.String()
 	}
-	return o.Overall + " {" + strings.Join(parts, "; ") + "}"
+	out := o.Overall + " {" + strings.Join(parts, "; ") + "}"
+	if len(o.Headers) > 0 {
+		out += " headers " + strings.Join(o.Headers, ", ")
+	}
+	if len(o.RequestHeaders) > 0 {
+		out += " request headers " + strings.Join(o.RequestHeaders, ", ")
+	}
+	if o.Metadata != "" {
+		out += " metadata " + o.Metadata
+	}
+	if o.Body != "" {
+		out += fmt.Sprintf(" body %q", o.Body)
+	}
+	if o.Quota != "" {
+		out += " quota " + o.Quota
+	}
+	return out
+}
+
+// Diff returns how got differs from want, field by field; nil when they
+// agree. A duration until reset, in a status or in a response header whose
+// name ends in "reset", may differ by up to slack seconds: the two answers
+// were given at different moments of one window.
+func Diff(want, got Outcome, slack int64) []string {
+	var out []string
+	add := func(field string, w, g any) { out = append(out, fmt.Sprintf("%s: want %v, got %v", field, w, g)) }
+	if want.Overall != got.Overall {
+		add("overall_code", want.Overall, got.Overall)
+	}
+	if len(want.Statuses) != len(got.Statuses) {
+		add("statuses", len(want.Statuses), len(got.Statuses))
+	} else {
+		for i, w := range want.Statuses {
+			g := got.Statuses[i]
+			if d := w.Reset - g.Reset; d < -slack || d > slack {
+				add(fmt.Sprintf("statuses[%d].duration_until_reset (slack %ds)", i, slack), w.Reset, g.Reset)
+			}
+			w.Reset, g.Reset = 0, 0
+			if w != g {
+				add(fmt.Sprintf("statuses[%d]", i), w, g)
+			}
+		}
+	}
+	if !headersMatch(want.Headers, got.Headers, slack) {
+		add("response_headers_to_add", want.Headers, got.Headers)
+	}
+	if !slices.Equal(want.RequestHeaders, got.RequestHeaders) {
+		add("request_headers_to_add", want.RequestHeaders, got.RequestHeaders)
+	}
+	if want.Metadata != got.Metadata {
+		add("dynamic_metadata", want.Metadata, got.Metadata)
+	}
+	if want.Body != got.Body {
+		add("raw_body", want.Body, got.Body)
+	}
+	if want.Quota != got.Quota {
+		add("quota", want.Quota, got.Quota)
+	}
+	return out
+}
+
+func headersMatch(want, got []string, slack int64) bool {
+	if len(want) != len(got) {
+		return false
+	}
+	for i := range want {
+		wn, wv, _ := strings.Cut(want[i], ": ")
+		gn, gv, _ := strings.Cut(got[i], ": ")
+		if wn != gn {
+			return false
+		}
+		if strings.HasSuffix(strings.ToLower(wn), "reset") {
+			w, err1 := strconv.ParseInt(wv, 10, 64)
+			g, err2 := strconv.ParseInt(gv, 10, 64)
+			if err1 == nil && err2 == nil && w-g >= -slack && w-g <= slack {
+				continue
+			}
+		}
+		if wv != gv {
+			return false
+		}
+	}
+	return true
 }
 
 // Record sends one request and returns what its answer decides.
@@ -72,7 +177,7 @@ func (c *Client) Record(ctx context.Context, req *rlsv3.RateLimitRequest) (Outco
 }
 
 func outcomeOf(resp *rlsv3.RateLimitResponse) Outcome {
-	o := Outcome{Overall: resp.GetOverallCode().String()}
+	o := Outcome{Overall: resp.GetOverallCode().String(), Body: string(resp.GetRawBody())}
 	for _, st := range resp.GetStatuses() {
 		s := Status{Code: st.GetCode().String(), Remaining: st.GetLimitRemaining()}
 		if l := st.GetCurrentLimit(); l != nil {
@@ -84,9 +189,40 @@ func outcomeOf(resp *rlsv3.RateLimitResponse) Outcome {
 				s.Reset++
 			}
 		}
+		if q := st.GetQuota(); q != nil {
+			s.Quota = oneLine(q)
+		}
 		o.Statuses = append(o.Statuses, s)
 	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		o.Headers = append(o.Headers, h.GetKey()+": "+h.GetValue())
+	}
+	for _, h := range resp.GetRequestHeadersToAdd() {
+		o.RequestHeaders = append(o.RequestHeaders, h.GetKey()+": "+h.GetValue())
+	}
+	if m := resp.GetDynamicMetadata(); m != nil {
+		v := m.AsMap()
+		if ds, ok := v["descriptors"].([]any); ok {
+			for _, d := range ds {
+				if d, ok := d.(map[string]any); ok {
+					if l, ok := d["limit"].(string); ok {
+						d["limit"] = strings.Join(strings.Fields(l), " ")
+					}
+				}
+			}
+		}
+		b, _ := json.Marshal(v) // sorted names
+		o.Metadata = string(b)
+	}
+	if q := resp.GetQuota(); q != nil {
+		o.Quota = oneLine(q)
+	}
 	return o
+}
+
+// oneLine renders a message as text on one line, its spacing collapsed.
+func oneLine(m proto.Message) string {
+	return strings.Join(strings.Fields(prototext.Format(m)), " ")
 }
 
 // Descriptor returns a descriptor of the key/value pairs given in order:
@@ -106,6 +242,16 @@ func Descriptor(pairs ...string) *commonv3.RateLimitDescriptor {
 // the request's (0 checks without counting).
 func WithHits(d *commonv3.RateLimitDescriptor, hits uint64) *commonv3.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(hits)
+	return d
+}
+
+// WithLimit returns d with a limit of its own (Envoy's descriptor limit
+// override) of n requests per unit (SECOND, MINUTE, …).
+func WithLimit(d *commonv3.RateLimitDescriptor, n uint32, unit string) *commonv3.RateLimitDescriptor {
+	d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{
+		RequestsPerUnit: n,
+		Unit:            typev3.RateLimitUnit(typev3.RateLimitUnit_value[unit]),
+	}
 	return d
 }
 
