@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,12 +19,6 @@ type Upstream struct {
 	// ShadowMode: SHADOW_MODE, the overall code of a call is OK even when
 	// a descriptor is over its limit (the statuses say so).
 	ShadowMode bool
-	// Headers: LIMIT_RESPONSE_HEADERS_ENABLED; false: an answer carries
-	// no headers at all (no Retry-After either), as there.
-	Headers bool
-	// HeaderNames renames the RateLimit-Limit, -Remaining and -Reset
-	// headers (LIMIT_LIMIT_HEADER, …), by canonical name.
-	HeaderNames map[string]string
 	// HTTPListen is HOST:PORT, where /healthcheck and /json are served;
 	// DebugListen is DEBUG_HOST:DEBUG_PORT, with /rlconfig and /metrics.
 	HTTPListen, DebugListen string
@@ -150,7 +143,7 @@ var UpstreamVars = []UpstreamVar{
 	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
 	refuse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "not offered: a refused hit is counted, as by default there; for limits that do not count refusals, name a sluice algorithm (algorithm: sliding_window) in the descriptor"),
-	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: RateLimit-Limit, -Remaining, -Reset in response_headers_to_add; false: no RateLimit headers"),
+	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: the limit, what remains and the seconds until reset in response_headers_to_add, named by LIMIT_*_HEADER (envoy_rls.response_headers: envoyproxy); false: no headers (none)"),
 	honour("LIMIT_LIMIT_HEADER", "RateLimit-Limit", 's', "the name of the limit header"),
 	honour("LIMIT_REMAINING_HEADER", "RateLimit-Remaining", 's', "the name of the remaining header"),
 	honour("LIMIT_RESET_HEADER", "RateLimit-Reset", 's', "the name of the reset header"),
@@ -194,7 +187,7 @@ var UpstreamVars = []UpstreamVar{
 	refuse("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', noMemcash),
 	honour("SHADOW_MODE", "false", 'b', "overall_code OK even when a descriptor is over its limit (its status says OVER_LIMIT)"),
 	refuse("QUOTA_MODE", "false", 'b', "not offered globally: write quota_mode: true on the descriptors"),
-	refuse("RESPONSE_DYNAMIC_METADATA", "false", 'b', "sluice returns no dynamic metadata: unset it"),
+	honour("RESPONSE_DYNAMIC_METADATA", "false", 'b', "true: dynamic_metadata with the domain, the descriptors, hitsAddend and the metadata: of the limits that passed (envoy_rls.response_dynamic_metadata)"),
 	refuse("MERGE_DOMAIN_CONFIG", "false", 'b', "sluice refuses two files of one domain, as by default there: put the domain's descriptors in one file"),
 	refuse("TRACING_ENABLED", "false", 'b', noTracing),
 	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
@@ -323,23 +316,27 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	up.IgnoreDotFiles = boolean("RUNTIME_IGNOREDOTFILES")
 	up.ShadowMode = boolean("SHADOW_MODE")
 
-	if up.Headers = boolean("LIMIT_RESPONSE_HEADERS_ENABLED"); up.Headers {
-		c.Headers = "legacy"
-		for _, n := range []struct{ env, canonical string }{
-			{"LIMIT_LIMIT_HEADER", "Ratelimit-Limit"}, {"LIMIT_REMAINING_HEADER", "Ratelimit-Remaining"}, {"LIMIT_RESET_HEADER", "Ratelimit-Reset"},
+	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
+	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.
+	c.EnvoyRLS.ResponseHeaders = "none"
+	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
+		c.EnvoyRLS.ResponseHeaders = "envoyproxy"
+		for _, n := range []struct {
+			env, def string
+			to       *string
+		}{
+			{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", &c.EnvoyRLS.LimitHeader},
+			{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", &c.EnvoyRLS.RemainingHeader},
+			{"LIMIT_RESET_HEADER", "RateLimit-Reset", &c.EnvoyRLS.ResetHeader},
 		} {
-			name := str(n.env)
-			switch {
-			case !validHeaderName(name):
-				bad("%s=%q: want a header name such as %s", n.env, name, n.canonical)
-			case http.CanonicalHeaderKey(name) != n.canonical:
-				if up.HeaderNames == nil {
-					up.HeaderNames = make(map[string]string)
-				}
-				up.HeaderNames[n.canonical] = name
+			if name := str(n.env); validHeaderName(name) {
+				*n.to = name
+			} else {
+				bad("%s=%q: want a header name such as %s", n.env, name, n.def)
 			}
 		}
 	}
+	c.EnvoyRLS.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}

@@ -52,6 +52,7 @@ func TestFromUpstreamEnvDefaults(t *testing.T) {
 		{"redis url", c.Store.Redis.URL, "redis://127.0.0.1:6390"},
 		{"store", c.Store.Type, "redis"},
 		{"headers", c.Headers, "none"},
+		{"envoy headers", c.EnvoyRLS.ResponseHeaders, "none"},
 		{"log level", up.LogLevel, "warn"},
 		{"log format", up.LogFormat, "text"},
 		{"decision api", c.DecisionAPI.Listen, config.DecisionListenOff},
@@ -100,12 +101,14 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			return want(c.EnvoyRLS.Upstream.IgnoreDotFiles, true)
 		}},
 		{[]string{"BACKEND_TYPE=redis"}, func(c *config.Config) string { return want(c.Store.Type, "redis") }},
+		{[]string{"RESPONSE_DYNAMIC_METADATA=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.DynamicMetadata, true) }},
 		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true"}, func(c *config.Config) string {
-			return want(c.Headers+" "+strings.Join(mapKeys(c.EnvoyRLS.Upstream.HeaderNames), ","), "legacy ")
+			e := c.EnvoyRLS
+			return want(e.ResponseHeaders+" "+e.LimitHeader+" "+e.RemainingHeader+" "+e.ResetHeader, "envoyproxy RateLimit-Limit RateLimit-Remaining RateLimit-Reset")
 		}},
 		{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Left", "LIMIT_RESET_HEADER=X-Reset"}, func(c *config.Config) string {
-			n := c.EnvoyRLS.Upstream.HeaderNames
-			return want(n["Ratelimit-Limit"]+" "+n["Ratelimit-Remaining"]+" "+n["Ratelimit-Reset"], "X-Limit X-Left X-Reset")
+			e := c.EnvoyRLS
+			return want(e.LimitHeader+" "+e.RemainingHeader+" "+e.ResetHeader, "X-Limit X-Left X-Reset")
 		}},
 		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/run/redis/redis.sock"}, func(c *config.Config) string {
 			return want(c.Store.Redis.URL, "unix:///run/redis/redis.sock")

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -174,7 +173,7 @@ func compareSequence(t *testing.T, r envoytest.Release, clients []*envoytest.Cli
 		// ceiling.
 		slack := max(1, int64(math.Ceil(end.Sub(start).Seconds())))
 		for i, req := range sq.Requests {
-			want, got := olderAnswer(r, out[0][i]), out[1][i]
+			want, got := r.AsMain(out[0][i]), out[1][i]
 			if diff := envoytest.Diff(want, got, slack); diff != nil {
 				t.Errorf("request %d (domain %q, %s, hits_addend %d):\n  %s: %v\n  %s: %v\n  %s",
 					i+1, req.Domain, describe(req), req.HitsAddend, clients[0].Name, want, clients[1].Name, got, strings.Join(diff, "\n  "))
@@ -183,24 +182,6 @@ func compareSequence(t *testing.T, r envoytest.Release, clients []*envoytest.Cli
 		return
 	}
 	t.Fatalf("every one of %d runs crossed a window boundary", sequenceAttempts)
-}
-
-// olderAnswer drops from an answer of envoyproxy/ratelimit's January 2026
-// commit the dynamic metadata that main no longer sends and sluice does
-// not (quotaModeEnabled, quotaModeViolations).
-func olderAnswer(r envoytest.Release, o envoytest.Outcome) envoytest.Outcome {
-	if r.Version != envoytest.January.Version || o.Metadata == "" {
-		return o
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(o.Metadata), &m); err != nil {
-		return o
-	}
-	delete(m, "quotaModeEnabled")
-	delete(m, "quotaModeViolations")
-	b, _ := json.Marshal(m)
-	o.Metadata = string(b)
-	return o
 }
 
 // describe renders a request's descriptors as (k=v, k=v)[hits].

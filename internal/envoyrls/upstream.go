@@ -20,25 +20,12 @@ import (
 const UpstreamServiceName = "ratelimit"
 
 // asUpstream applies what envoyproxy/ratelimit's environment asks of an
-// answer (`sluice ratelimit`): SHADOW_MODE turns an OVER_LIMIT overall
-// code into OK (the statuses keep theirs); without
-// LIMIT_RESPONSE_HEADERS_ENABLED there are no headers, and with it the
-// LIMIT_*_HEADER names rename the RateLimit headers. Nothing without up.
+// answer that the envoy_rls settings do not say (`sluice ratelimit`):
+// SHADOW_MODE turns an OVER_LIMIT overall code into OK (the statuses keep
+// theirs). Nothing without up.
 func asUpstream(up *config.Upstream, resp *rlsv3.RateLimitResponse) {
-	if up == nil {
-		return
-	}
-	if up.ShadowMode {
+	if up != nil && up.ShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
-	}
-	if !up.Headers {
-		resp.ResponseHeadersToAdd = nil
-		return
-	}
-	for _, h := range resp.ResponseHeadersToAdd {
-		if name, ok := up.HeaderNames[http.CanonicalHeaderKey(h.Key)]; ok {
-			h.Key = name
-		}
 	}
 }
 

@@ -314,3 +314,22 @@ func WaitWindowStart(margin time.Duration) {
 	}
 	time.Sleep(time.Until(next) + 5*time.Millisecond)
 }
+
+// AsMain drops from an answer of r the dynamic metadata that upstream's
+// main no longer sends and sluice does not (quotaModeEnabled and
+// quotaModeViolations, sent by the January 2026 commit); other releases'
+// answers are returned as they are.
+func (r Release) AsMain(o Outcome) Outcome {
+	if r.Version != January.Version || o.Metadata == "" {
+		return o
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(o.Metadata), &m); err != nil {
+		return o
+	}
+	delete(m, "quotaModeEnabled")
+	delete(m, "quotaModeViolations")
+	b, _ := json.Marshal(m)
+	o.Metadata = string(b)
+	return o
+}
