@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Key says what a policy's buckets are keyed by, in place of the identity
@@ -264,7 +265,7 @@ func (l *Limiter) buildKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) error
 	if !ok && s.r == nil {
 		return errNoKey
 	}
-	kb.buildAddr(p.Name, rs.class, a)
+	kb.buildAddr(p.Name, rs.Class.KeyByte(), a)
 	return nil
 }
 
@@ -275,16 +276,16 @@ func (l *Limiter) buildAttrKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) e
 	b := append(kb.scratch[:0], p.Name...)
 	b = append(b, 0, 'k')
 	switch {
-	case (rs.class == 'a' || rs.class == 'u') && p.key.shared:
+	case (rs.Class == decide.Anonymous || rs.Class == decide.Authenticated) && p.key.shared:
 		b = append(b, 's')
-	case rs.class == 'a' || rs.class == 'u':
-		b = append(b, rs.class)
-	case rs.class == 'o':
-		b = append(b, 'o')
+	case rs.Class == decide.Anonymous || rs.Class == decide.Authenticated:
+		b = append(b, rs.Class.KeyByte())
+	case rs.Class == decide.Override:
+		b = append(b, rs.Class.KeyByte())
 		b = appendString(b, s.caller.ID)
 	default: // a rule set picked by something else: by plan
-		b = append(b, rs.class)
-		b = appendString(b, rs.plan)
+		b = append(b, rs.Class.KeyByte())
+		b = appendString(b, rs.Plan)
 	}
 	if p.key.global {
 		kb.sum(append(b, 'g'))
