@@ -60,7 +60,7 @@ func TestMinimalPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts, _ := c.LimiterOptions()
-	if p := opts.Policies[0]; p.Cost != 1 || p.Shadow || p.OnError != httplimit.FailOpen || p.Anonymous[0].Rate != 0.5 {
+	if p := opts.Policies[0]; p.Cost != 1 || p.Shadow || p.OnError != httplimit.FailLocal || p.Anonymous[0].Rate != 0.5 {
 		t.Fatalf("%+v", p)
 	}
 }

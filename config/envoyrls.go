@@ -551,12 +551,13 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 			burst = rl.Burst
 		}
 	}
-	onError := l.v.c.Store.OnError
+	onError, _ := sluice.ParseOnError(l.v.c.Store.OnError) // validated
 	if rl.OnError != "" {
-		if !slices.Contains([]string{"open", "closed", "local"}, rl.OnError) {
+		mode, err := sluice.ParseOnError(rl.OnError)
+		if err != nil || mode.String() != rl.OnError {
 			l.fail(at+".on_error", "%q: want one of open, closed, local (sluice's addition; without it, store.on_error)", rl.OnError)
 		}
-		onError = rl.OnError
+		onError = mode
 	}
 	if rl.Unlimited || lim.Unit == "" || lim.RequestsPerUnit == 0 {
 		return lim // decided without the store
@@ -586,12 +587,7 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	if alg != algo.TokenBucket {
 		p.Algorithm = alg
 	}
-	switch onError {
-	case "closed":
-		p.OnError = httplimit.FailClosed
-	case "local":
-		p.Local = true
-	}
+	p.OnError = onError
 	l.policies = append(l.policies, p)
 	return lim
 }

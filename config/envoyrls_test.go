@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice"
 )
 
 // rlsDir writes descriptor files into a fresh config_dir and returns the
@@ -104,7 +106,7 @@ descriptors:
 		t.Fatalf("path: %+v %+v", api, api.Limit)
 	}
 	last := e.Policies()[len(e.Policies())-8] // the file's last, before the seven of the overrides
-	if last.Algorithm != "sliding_window" || last.OnError != 1 || last.Authenticated[0].Burst != 7 {
+	if last.Algorithm != "sliding_window" || last.OnError != sluice.OnErrorClosed || last.Authenticated[0].Burst != 7 {
 		t.Fatalf("sliding window policy: %+v", last)
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -71,12 +72,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		if p.Algorithm != algo.TokenBucket {
 			hp.Algorithm = p.Algorithm
 		}
-		switch p.OnError {
-		case "closed":
-			hp.OnError = httplimit.FailClosed
-		case "local":
-			hp.Local = true
-		}
+		hp.OnError, _ = sluice.ParseOnError(p.OnError) // validated
 		for j, o := range p.Overrides {
 			hp.Overrides = append(hp.Overrides, httplimit.Override{
 				Identity: o.Identity,

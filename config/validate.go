@@ -138,6 +138,15 @@ func (v *validator) oneOf(path, got string, valid ...string) bool {
 	return false
 }
 
+// onError checks an on_error value with sluice.ParseOnError, the one
+// parser of failure policies, written exactly as its name ("local", "open",
+// "closed"); the defaults have filled in an empty one already.
+func (v *validator) onError(path, got string) {
+	if mode, err := sluice.ParseOnError(got); err != nil || mode.String() != got {
+		v.fail(path, "%q: want one of open, closed, local", got)
+	}
+}
+
 func parsePrefix(s string) (netip.Prefix, error) {
 	s = strings.TrimSpace(s)
 	if !strings.Contains(s, "/") {
@@ -160,7 +169,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 
 func (v *validator) store() {
 	s := &v.c.Store
-	v.oneOf("store.on_error", s.OnError, "open", "closed", "local")
+	v.onError("store.on_error", s.OnError)
 	if s.Instances < 1 {
 		v.fail("store.instances", "%d: want the number of gateways sharing the store, at least 1", s.Instances)
 	}
@@ -394,7 +403,7 @@ func (v *validator) policies() {
 		v.rules(at+".authenticated", p.Authenticated, cost)
 		v.maxDelay(at+".max_delay", p.MaxDelay)
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
-		v.oneOf(at+".on_error", p.OnError, "open", "closed", "local")
+		v.onError(at+".on_error", p.OnError)
 		if !slices.Contains(algo.Names(), p.Algorithm) {
 			v.fail(at+".algorithm", "%q: want one of %s", p.Algorithm, strings.Join(algo.Names(), ", "))
 		} else if p.MaxDelay > 0 && !algo.Paces(p.Algorithm) {

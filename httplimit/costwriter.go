@@ -168,7 +168,7 @@ func (c *limitWriter) charge(v string) {
 	if delta == 0 {
 		return
 	}
-	res, err := c.l.adjust(context.WithoutCancel(c.r.Context()), c.p, c.key, delta, c.rs.rules)
+	res, err := c.l.adjust(context.WithoutCancel(c.r.Context()), c.p, c.key, delta, c.rs.Rules)
 	if err == nil {
 		c.keep(res)
 		c.decided = monoNow()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Decision is what the limiter did with one request, for an access log. Put
@@ -58,20 +59,18 @@ func (d *Decision) matched(r *http.Request, p *policy) {
 	}
 }
 
-var classNames = map[byte]string{'a': "anonymous", 'u': "authenticated", 'o': "override", 'p': "plan"}
-
-func (d *Decision) caller(class byte, id string) {
+func (d *Decision) caller(class decide.Class, id string) {
 	if d == nil {
 		return
 	}
-	d.Class, d.Identity = classNames[class], id
+	d.Class, d.Identity = class.String(), id
 }
 
-func (d *Decision) decided(o outcome, res *sluice.Result) {
+func (d *Decision) decided(o decide.Outcome, res *sluice.Result) {
 	if d == nil {
 		return
 	}
-	d.Outcome = outcomeNames[o]
+	d.Outcome = o.String()
 	if res != nil {
 		d.DecidedBy = res.DecidedBy.String()
 	}

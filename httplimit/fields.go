@@ -6,30 +6,45 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // For front doors that decide by name (Check) and hand the response
 // fields to someone else to send, such as Envoy's response_headers_to_add.
 
 // Fields returns the header fields that a response of the named policy
-// carries for res, a decision of Check (or Decide) for key made elapsed ago, exactly as
-// the middleware would set them: the rate limit headers of Options.Headers
-// and XRateLimit and, when res denies, Retry-After (with the jitter of
-// Options.RetryAfterJitter). A shadow policy, and a name the Limiter does
-// not have, carry none: nil.
+// carries for res, a decision of Check (or Decide) for key made elapsed
+// ago: FieldsOf with the rules of the caller key.
+//
+// Deprecated: it picks the caller's rules a second time, after the
+// decision; if overrides changed in between, the fields describe other
+// rules than the ones decided. Use Verdict and FieldsOf.
 func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time.Duration) http.Header {
 	p, ok := l.byName[policyName]
 	if !ok || p.Shadow {
 		return nil
 	}
-	rs := p.rulesFor(Caller{ID: key}, true)
+	return l.FieldsOf(p.rulesFor(Caller{ID: key}, true), res, elapsed)
+}
+
+// FieldsOf returns the header fields of a response decided under rules
+// (a Verdict's Rules) with result res elapsed ago, exactly as the
+// middleware would set them for an enforced policy: the rate limit
+// headers of Options.Headers and XRateLimit and, when res denies,
+// Retry-After (with the jitter of Options.RetryAfterJitter). Nil rules
+// (nothing was decided) carry none. A shadow policy's responses carry no
+// fields: a front door leaves them out itself.
+func (l *Limiter) FieldsOf(rules *decide.Rules, res sluice.Result, elapsed time.Duration) http.Header {
+	if rules == nil {
+		return nil
+	}
 	h := make(http.Header, 6)
 	if !res.Allowed {
 		secs := l.retrySeconds(res, elapsed)
-		l.putHeaders(h, rs, res.Rule, res.Remaining, secs, new([numVals]string))
+		l.putHeaders(h, rules, res.Rule, res.Remaining, secs, new([numVals]string))
 		h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
 		return h
 	}
-	l.putHeaders(h, rs, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
+	l.putHeaders(h, rules, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
 	return h
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Header names, canonical so that http.Header.Get finds them; on the wire
@@ -46,106 +47,6 @@ type DenyBody struct {
 // retryAfterMark is the one substitution a DenyBody knows.
 const retryAfterMark = "{{retry_after}}"
 
-// quotaHeaders are the header values of a ruleSet that depend only on its
-// rules, rendered once at New.
-//
-// Each rule is one quota policy item of draft 10, named after the policy:
-// the first rule takes the policy's name, the others the name followed by
-// "-" and their index ("payments", "payments-1"). RateLimit-Policy lists
-// every item; RateLimit reports the item of the rule that sluice.Result
-// reports (the one closest to running out, or that makes a denied caller
-// wait longest) under that same name.
-type quotaHeaders struct {
-	policy string   // the RateLimit-Policy value: every rule's item
-	item   []string // per rule: its name as a structured-field string
-	name   []string // per rule: its name, for violated-policies
-	limit  []string // per rule: its burst, in the unit of the headers
-	per    int64    // tokens a unit of the headers stands for
-}
-
-// renderQuota renders the quota headers of rules under the policy name.
-// A policy whose cost is fixed counts in requests: a rule of rate R and
-// burst B at cost c is stated as R/c requests a second and ⌊B/c⌋ requests
-// of burst. A policy whose cost is 0 or is reported after the fact
-// (CostHeader) counts in tokens; its items say so with sluice-unit.
-func renderQuota(name string, rules []sluice.Rule, cost int64, costHeader string) quotaHeaders {
-	qh := quotaHeaders{per: 1}
-	tokens := costHeader != "" || cost == 0
-	if !tokens {
-		qh.per = cost
-	}
-	var policy []byte
-	for i, r := range rules {
-		item := name
-		if i > 0 {
-			item += "-" + strconv.Itoa(i)
-		}
-		qh.name = append(qh.name, item)
-		qh.item = append(qh.item, quote(item))
-		burst := min(r.Burst/qh.per, maxSFInteger)
-		qh.limit = append(qh.limit, strconv.FormatInt(burst, 10))
-		q, w := quotaWindow(r.Rate/float64(qh.per), burst)
-		if r.Period != sluice.Rolling { // a calendar quota: q a period, w its nominal length
-			q, w = burst, int64(r.Period.Nominal()/time.Second)
-		}
-		if i > 0 {
-			policy = append(policy, ", "...)
-		}
-		policy = appendQuoted(policy, item)
-		policy = fmt.Appendf(policy, ";q=%d;w=%d", q, w)
-		if burst != q {
-			policy = fmt.Appendf(policy, ";sluice-burst=%d", burst)
-		}
-		if tokens {
-			policy = append(policy, `;sluice-unit="tokens"`...)
-		}
-	}
-	qh.policy = string(policy)
-	return qh
-}
-
-// maxSFInteger is the largest Integer a structured field can carry.
-const maxSFInteger = 999_999_999_999_999
-
-// quotaWindow states a token bucket of rate (units a second) and burst as
-// a draft 10 quota policy: q units per w seconds, both whole numbers, with
-// q/w at most rate and within 1% of it, the sustained rate a client can
-// keep up (never above, so that a client pacing itself at q/w is never
-// denied). It tries w = the time burst takes to refill first, so that q is
-// the burst when the numbers allow it, then longer windows until one is
-// exact enough (one always is by w = 100/rate, where rounding q down costs
-// at most 1%). Rates beyond what a structured field can hold are clamped.
-func quotaWindow(rate float64, burst int64) (q, w int64) {
-	if !(rate > 0) || math.IsInf(rate, 0) {
-		return 0, 1
-	}
-	w0 := max(1, math.Round(float64(burst)/rate))
-	last := max(w0, math.Ceil(100/rate))
-	for wf := w0; wf <= last && wf <= maxSFInteger; wf++ {
-		qf := quotaIn(rate, wf)
-		if qf >= 1 && qf <= maxSFInteger && rate-qf/wf < 0.01*rate*(1-1e-9) {
-			return int64(qf), int64(wf)
-		}
-		if wf-w0 > 100_000 {
-			break // a burst far from its rate: jump to the window that works
-		}
-	}
-	wf := min(math.Ceil(100/rate), maxSFInteger)
-	qf := min(max(1, quotaIn(rate, wf)), maxSFInteger)
-	return int64(qf), int64(wf)
-}
-
-// quotaIn is the whole number of units rate grants in w seconds, rounded
-// down; a product that floating point puts a hair below a whole number
-// (3/s × 10 s = 29.999999999999996) counts as that number.
-func quotaIn(rate, w float64) float64 {
-	x := rate * w
-	if r := math.Round(x); math.Abs(x-r) <= 1e-9*x {
-		return r
-	}
-	return math.Floor(x)
-}
-
 // The values of one response's headers, as substrings of one string.
 const (
 	vLimit = iota
@@ -170,10 +71,10 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	if !l.sendsHeaders() {
 		return
 	}
-	if rule < 0 || rule >= len(rs.item) {
+	if rule < 0 || rule >= len(rs.Item) {
 		rule = 0 // a Fallback's result that names no rule of ours
 	}
-	rem := min(max(0, remaining)/rs.per, maxSFInteger)
+	rem := min(max(0, remaining)/rs.Per, decide.MaxSFInteger)
 	var scratch [128]byte
 	b := strconv.AppendInt(scratch[:0], rem, 10)
 	remEnd := len(b)
@@ -181,7 +82,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	resetEnd := len(b)
 	draft := l.headers == HeadersBoth || l.headers == HeadersDraft
 	if draft {
-		b = append(b, rs.item[rule]...)
+		b = append(b, rs.Item[rule]...)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, rem, 10)
 		b = append(b, ";t="...)
@@ -192,8 +93,8 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 		b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
 	}
 	s := string(b)
-	vals[vLimit], vals[vRemaining], vals[vReset] = rs.limit[rule], s[:remEnd], s[remEnd:resetEnd]
-	vals[vPolicy], vals[vRateLimit], vals[vXReset] = rs.policy, s[resetEnd:rlEnd], s[rlEnd:]
+	vals[vLimit], vals[vRemaining], vals[vReset] = rs.Limit[rule], s[:remEnd], s[remEnd:resetEnd]
+	vals[vPolicy], vals[vRateLimit], vals[vXReset] = rs.Policy, s[resetEnd:rlEnd], s[rlEnd:]
 	if l.headers != HeadersNone {
 		legacy := l.headers == HeadersBoth || l.headers == HeadersLegacy
 		setOrDel(h, hLimit, vals[vLimit:vLimit+1:vLimit+1], legacy)
@@ -282,28 +183,6 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-// quote renders name as a structured-field string ("payments").
-func quote(name string) string { return string(appendQuoted(nil, name)) }
-
-// appendQuoted renders s as a structured-field string. A structured-field
-// string holds only printable ASCII: other bytes become '?', so that a
-// policy named in another script still gives a header every parser reads.
-func appendQuoted(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
 type errorBody struct {
 	Error             string `json:"error"`
 	Message           string `json:"message"`
@@ -339,7 +218,7 @@ func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ru
 		h.Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusTooManyRequests)
 		rule := res.Rule
-		if rule < 0 || rule >= len(rs.name) {
+		if rule < 0 || rule >= len(rs.Name) {
 			rule = 0
 		}
 		_ = json.NewEncoder(w).Encode(problemBody{
@@ -347,7 +226,7 @@ func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ru
 			Title:             "Request cannot be satisfied as assigned quota has been exceeded",
 			Status:            http.StatusTooManyRequests,
 			Detail:            denyMessage(p.Name, secs),
-			ViolatedPolicies:  []string{rs.name[rule]},
+			ViolatedPolicies:  []string{rs.Name[rule]},
 			RetryAfterSeconds: secs,
 		})
 		return

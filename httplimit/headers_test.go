@@ -23,6 +23,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -277,9 +278,9 @@ func TestQuotaWindowExtremes(t *testing.T) {
 		rate  float64
 		burst int64
 	}{{1e-12, 1}, {1e-9, 1 << 40}, {1e18, 1}, {math.MaxFloat64, 1}, {3e-7, 7}} {
-		q, w := quotaWindow(tc.rate, tc.burst)
-		if q < 1 || q > maxSFInteger || w < 1 || w > maxSFInteger {
-			t.Errorf("quotaWindow(%v, %d) = %d, %d: want Integers from 1 to %d", tc.rate, tc.burst, q, w, int64(maxSFInteger))
+		q, w := decide.QuotaWindow(tc.rate, tc.burst)
+		if q < 1 || q > decide.MaxSFInteger || w < 1 || w > decide.MaxSFInteger {
+			t.Errorf("decide.QuotaWindow(%v, %d) = %d, %d: want Integers from 1 to %d", tc.rate, tc.burst, q, w, int64(decide.MaxSFInteger))
 		}
 	}
 	// A burst beyond a structured-field Integer is stated as the largest.
@@ -302,8 +303,8 @@ func TestQuotaWindowExtremes(t *testing.T) {
 		rate        float64
 		burst, q, w int64
 	}{{10, 100, 100, 10}, {1.0 / 3600, 3, 3, 10800}, {100, 1, 100, 1}, {0.5, 1, 1, 2}, {3, 10, 9, 3}} {
-		if q, w := quotaWindow(tc.rate, tc.burst); q != tc.q || w != tc.w {
-			t.Errorf("quotaWindow(%v, %d) = q=%d;w=%d, want q=%d;w=%d", tc.rate, tc.burst, q, w, tc.q, tc.w)
+		if q, w := decide.QuotaWindow(tc.rate, tc.burst); q != tc.q || w != tc.w {
+			t.Errorf("decide.QuotaWindow(%v, %d) = q=%d;w=%d, want q=%d;w=%d", tc.rate, tc.burst, q, w, tc.q, tc.w)
 		}
 	}
 }
@@ -751,14 +752,14 @@ func FuzzQuotaItem(f *testing.F) {
 		if !(rate > 0) || math.IsInf(rate, 0) || burst < 1 || cost < 1 || cost > burst {
 			return
 		}
-		qh := renderQuota("fuzz", []sluice.Rule{{Rate: rate, Burst: burst}, {Rate: rate * 2, Burst: burst}}, cost, "")
-		h := http.Header{"Ratelimit-Policy": {qh.policy}}
+		qh := decide.RenderQuota("fuzz", []sluice.Rule{{Rate: rate, Burst: burst}, {Rate: rate * 2, Burst: burst}}, cost, "")
+		h := http.Header{"Ratelimit-Policy": {qh.Policy}}
 		pol := policyItems(t, h)
 		if len(pol) != 2 || pol[0].name != "fuzz" || pol[1].name != "fuzz-1" {
 			t.Fatalf("items %+v", pol)
 		}
 		perReq := rate / float64(cost)
-		if perReq*100 < maxSFInteger && perReq > 100.0/maxSFInteger {
+		if perReq*100 < decide.MaxSFInteger && perReq > 100.0/decide.MaxSFInteger {
 			checkQuota(t, pol[0], perReq, burst/cost)
 		}
 	})

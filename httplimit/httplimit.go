@@ -35,24 +35,29 @@
 // With Policy.CostHeader the next handler may report the real cost of the
 // request in a response header, which is removed and charged after the fact.
 //
-// When the store fails, Options.Fallback may decide instead (a local
-// bucket, say); otherwise the policy's OnError applies: FailOpen serves the
-// request (and counts and logs it), FailClosed answers 503.
+// When the store fails, the policy's OnError applies: FailLocal (the zero
+// value, as local is the YAML default) lets Options.Fallback decide (a
+// local bucket, say) and serves the request when there is none, FailOpen
+// serves the request (and counts and logs it), FailClosed answers 503.
 //
 // # One decision core
 //
-// This package is sluice's decision core, and every front door goes
-// through it: the middleware (Handler), the gateway's reverse proxy and its
-// forward-auth endpoint /v1/authz (both run Handler), the decision API
-// POST /v1/check and Envoy's gRPC rate limit service (both call Decide or
-// Check, by policy name). Each front door only translates: it fills in a
+// This package is sluice's decision core, built on package decide (the
+// protocol-free part: on_error, key classes, rule sets and their field
+// values, the on_error and shadow step, outcomes, metrics and the
+// Verdict), and every front door goes through it: the middleware
+// (Handler), the gateway's reverse proxy and its forward-auth endpoint
+// /v1/authz (both run Handler), the decision API POST /v1/check and
+// Envoy's gRPC rate limit service (both call Verdict, by policy name, and
+// switch on its decide.Act). Each front door only translates: it fills in a
 // subject (the request, or the attributes it was given) and calls
 // Limiter.decide in httplimit.go, which goes policy → caller → key → rules
 // → store → result: the allowlist (for callers it verified itself, not
 // the stated identity of a by-name decision), the key (Policy.Key, or the
 // identity rules), the rules of the caller's class, the store call with its timeout,
-// Fallback and OnError, shadow, and the count of every outcome; then the
-// front door turns the verdict into its protocol's answer. A front door
+// Fallback and OnError, shadow (decide.Resolve), and the count of every
+// outcome; then the front door turns the verdict into its protocol's
+// answer. A front door
 // that decides anything on its own (keys a caller, picks rules, applies
 // on_error or shadow) is a bug.
 //
@@ -74,6 +79,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // HeaderMode selects which rate limit headers a response carries.
@@ -86,13 +92,19 @@ const (
 	HeadersNone                     // none, but Retry-After on 429
 )
 
-// OnError says what a policy does with a request when its store fails and
-// no Fallback decided it.
-type OnError int
+// OnError says what a policy does with a request when its store fails:
+// decide.OnError (sluice.OnError), the module's one on_error type. Its
+// zero value is FailLocal, as the YAML configuration's default is local.
+type OnError = decide.OnError
 
 const (
-	FailOpen   OnError = iota // serve the request unlimited (the default)
-	FailClosed                // answer 503
+	// FailLocal lets Options.Fallback decide (a local bucket), and serves
+	// the request when there is none or it declines: the zero value.
+	FailLocal = decide.Local
+	// FailOpen serves the request unlimited (and counts and logs it).
+	FailOpen = decide.Open
+	// FailClosed answers 503.
+	FailClosed = decide.Closed
 )
 
 // Policy limits the requests that Pattern selects.
@@ -105,9 +117,15 @@ type Policy struct {
 	// Check), as Envoy's descriptors are.
 	Pattern string
 
-	// Cost is the number of tokens one request takes (0 only inspects,
-	// useful with CostHeader).
+	// Cost is the number of tokens one request takes; zero means 1, as in
+	// the YAML configuration. A policy that only inspects (with
+	// CostHeader, say) sets InspectOnly instead.
 	Cost int64
+
+	// InspectOnly takes no token when the request comes in (Cost 0): the
+	// buckets are only read, and CostHeader (when set) charges after the
+	// fact. Cost must then be zero.
+	InspectOnly bool
 
 	// CostHeader, when set, is a response header in which the next handler
 	// reports the real cost of the request; it is removed from the response
@@ -139,10 +157,14 @@ type Policy struct {
 	// Shadow decides and counts but never rejects, and sets no headers.
 	Shadow bool
 
-	// OnError applies when the store fails and no Fallback decided.
+	// OnError applies when the store fails: FailLocal (the zero value)
+	// asks Options.Fallback first, FailOpen serves, FailClosed answers
+	// 503.
 	OnError OnError
 
-	// Local marks the policy for Options.Fallback (on_error: local).
+	// Local asks Options.Fallback first whatever OnError says; when the
+	// Fallback declines, OnError decides (FailClosed: 503, else serve).
+	// Kept for compatibility: OnError FailLocal says the same.
 	Local bool
 
 	// Key, when set, keys the policy's buckets by request attributes (a
@@ -170,7 +192,8 @@ type Override struct {
 // Fallback decides a request whose store check failed with err, for
 // example against a local bucket or after a circuit breaker opened. It
 // returns the result to act on, or ok false to let the policy's OnError
-// apply. It is called only for policies with Local set.
+// apply. It is called only for policies whose OnError is FailLocal (the
+// zero value) or with Local set.
 type Fallback func(ctx context.Context, policy string, req sluice.Request, err error) (res sluice.Result, ok bool)
 
 // Options configures a Limiter. Store is required; the rest has defaults.
@@ -292,18 +315,14 @@ type policy struct {
 	overrides    map[string]*ruleSet
 	plans        map[string]*ruleSet
 	rt           runtimeRules // Options.Overrides (overrides.go)
-	counters     *policyCounters
+	counters     *decide.Counters
+	local        bool     // Options.Fallback decides when the store fails
 	key          *keySpec // nil: the identity rules
 }
 
 // ruleSet is the rules one class of caller is checked against, with the
 // header values that depend only on the rules, rendered once.
-type ruleSet struct {
-	rules []sluice.Rule
-	class byte   // a anonymous, u authenticated, o override, p plan
-	plan  string // the plan, for class p: part of the key
-	quotaHeaders
-}
+type ruleSet = decide.Rules
 
 // New compiles opts into a Limiter, or says what is wrong with them.
 func New(opts Options) (*Limiter, error) {
@@ -361,7 +380,7 @@ func New(opts Options) (*Limiter, error) {
 			}
 			l.noteMethod(p.Pattern)
 		}
-		p.counters = l.metrics.forPolicy(p.Name)
+		p.counters = l.metrics.ForPolicy(p.Name)
 		p.rt.attach(opts.Overrides, l.log)
 		l.byName[p.Name] = p
 	}
@@ -408,7 +427,13 @@ func compile(in Policy) (*policy, error) {
 	if in.Cost < 0 || in.MaxDelay < 0 {
 		return nil, fmt.Errorf("httplimit: policy %q: cost and max delay must not be negative", in.Name)
 	}
-	p := &policy{Policy: in, overrides: make(map[string]*ruleSet, len(in.Overrides))}
+	switch {
+	case in.InspectOnly && in.Cost != 0:
+		return nil, fmt.Errorf("httplimit: policy %q: InspectOnly takes no token, but Cost is %d; drop one", in.Name, in.Cost)
+	case !in.InspectOnly && in.Cost == 0:
+		in.Cost = 1 // Go's zero, as YAML's default
+	}
+	p := &policy{Policy: in, overrides: make(map[string]*ruleSet, len(in.Overrides)), local: in.Local || in.OnError == FailLocal}
 	anon, authed := in.Anonymous, in.Authenticated
 	if len(anon) == 0 {
 		anon = authed
@@ -417,14 +442,14 @@ func compile(in Policy) (*policy, error) {
 		authed = anon
 	}
 	var err error
-	if p.anon, err = newRuleSet(&in, 'a', anon); err != nil {
+	if p.anon, err = newRuleSet(&in, decide.Anonymous, anon); err != nil {
 		return nil, err
 	}
-	if p.authed, err = newRuleSet(&in, 'u', authed); err != nil {
+	if p.authed, err = newRuleSet(&in, decide.Authenticated, authed); err != nil {
 		return nil, err
 	}
 	for _, o := range in.Overrides {
-		rs, err := newRuleSet(&in, 'o', o.Rules)
+		rs, err := newRuleSet(&in, decide.Override, o.Rules)
 		if err != nil {
 			return nil, fmt.Errorf("%w (override for %q)", err, o.Identity)
 		}
@@ -436,7 +461,7 @@ func compile(in Policy) (*policy, error) {
 	return p, nil
 }
 
-func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
+func newRuleSet(p *Policy, class decide.Class, rules []sluice.Rule) (ruleSet, error) {
 	probe := sluice.Request{Key: "probe", Cost: p.Cost, Rules: rules, CountDenied: p.CountDenied}
 	if err := sluice.ValidateRequest(probe); err != nil {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
@@ -447,7 +472,7 @@ func newRuleSet(p *Policy, class byte, rules []sluice.Rule) (ruleSet, error) {
 	if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling }); i >= 0 && p.Algorithm != "" && p.Algorithm != "token_bucket" {
 		return ruleSet{}, fmt.Errorf("httplimit: policy %q: rule %d is a calendar quota, which algorithm %s knows not; want the token bucket (Algorithm \"\")", p.Name, i, p.Algorithm)
 	}
-	return ruleSet{rules: slices.Clone(rules), class: class, quotaHeaders: renderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
+	return ruleSet{Rules: slices.Clone(rules), Class: class, QuotaFields: decide.RenderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
 }
 
 // rulesFor returns the rules and key class of a caller: the anonymous
@@ -551,20 +576,20 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	} else {
 		v = l.decide(r.Context(), p, &s)
 	}
-	switch v.act {
-	case actPass:
+	switch v.Act {
+	case decide.Pass:
 		next.ServeHTTP(w, r)
-	case actDeny:
-		l.deny(w, r, p, v.rs, v.res, v.at)
-	case actFailClosed:
+	case decide.Deny:
+		l.deny(w, r, p, v.Rules, v.Result, v.at)
+	case decide.FailClosed:
 		writeJSONError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the rate limiter cannot decide right now; retry shortly", 1)
-	case actInvalid:
+	case decide.Invalid:
 		writeJSONError(w, http.StatusInternalServerError, "rate_limiter_error", "the rate limiter cannot decide this request", 0)
-	case actServe:
-		if v.res.Delay > 0 && !l.hold(r.Context(), p, &s, &v) {
+	case decide.Serve:
+		if v.Result.Delay > 0 && !l.hold(r.Context(), p, &s, &v) {
 			return
 		}
-		l.serveAllowed(w, r, next, p, v.rs, v.req.Key, v.res, v.at)
+		l.serveAllowed(w, r, next, p, v.Rules, v.Request.Key, v.Result, v.at)
 	}
 }
 
@@ -620,78 +645,55 @@ func (s *subject) clientAddr(l *Limiter) (netip.Addr, bool) {
 	return s.addr, s.hasAddr && s.addr.IsValid()
 }
 
-// act is what a front door does with a verdict.
-type act uint8
-
-const (
-	actServe      act = iota // allowed (or delayed: hold first): serve, with the rate limit headers
-	actPass                  // serve without asking further: allowlisted, shadow denial, failed open
-	actDeny                  // denied: 429, or OVER_LIMIT
-	actFailClosed            // the store failed and the policy fails closed: 503
-	actInvalid               // the input cannot be decided (err says why): 400
-)
-
-// verdict is the decision core's answer.
+// verdict is the decision core's answer (decide.Verdict) and when it was
+// decided: Retry-After counts from then.
 type verdict struct {
-	act     act
-	outcome outcome // what was counted; numOutcomes when nothing was
-	res     sluice.Result
-	rs      *ruleSet
-	req     sluice.Request // what the store was asked
-	at      moment         // when it was decided: Retry-After counts from here
-	err     error          // actFailClosed: the store's error; actInvalid: the input's
+	decide.Verdict
+	at moment
 }
 
 // decide is the decision core: see above.
 func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
-	v := verdict{outcome: numOutcomes}
+	v := verdict{Verdict: decide.Verdict{Outcome: decide.None}}
 	// Only a caller that the limiter verified itself is allowlisted: the
 	// identity or address of a by-name decision is stated, not verified.
 	if s.r != nil && l.allowlisted(s.r, s.caller.ID, s.authenticated) {
-		if s.rec != nil {
-			s.rec.Outcome = "allowlisted"
-		}
-		v.act, v.res = actPass, sluice.Result{Allowed: true}
+		v.Act, v.Outcome, v.Result = decide.Pass, decide.Allowlisted, sluice.Result{Allowed: true}
+		s.rec.decided(v.Outcome, nil)
 		return v
 	}
-	v.rs = p.rulesFor(s.caller, s.authenticated)
-	s.rec.caller(v.rs.class, s.caller.ID)
+	v.Rules = p.rulesFor(s.caller, s.authenticated)
+	s.rec.caller(v.Rules.Class, s.caller.ID)
 	var kb keyBuf
-	if err := l.buildKey(&kb, p, v.rs, s); err != nil {
-		v.act, v.err = actInvalid, err
+	if err := l.buildKey(&kb, p, v.Rules, s); err != nil {
+		v.Act, v.Err = decide.Invalid, err
 		return v
 	}
-	v.req = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.rs.rules, MaxDelay: p.MaxDelay, CountDenied: p.CountDenied}
+	v.Request = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.Rules.Rules, MaxDelay: p.MaxDelay, CountDenied: p.CountDenied}
 	if p.Shadow {
-		v.req.MaxDelay = 0 // a shadow policy never holds a request either
+		v.Request.MaxDelay = 0 // a shadow policy never holds a request either
 	}
-	res, err := l.check(ctx, p, v.req)
+	res, err := l.check(ctx, p, v.Request)
 	v.at = monoNow()
-	v.res = res
-	switch {
-	case err != nil && isInputError(err):
-		v.act, v.err = actInvalid, err
+	v.Act, v.Outcome, v.Result = decide.Resolve(res, err, p.Shadow, p.OnError)
+	switch v.Outcome {
+	case decide.None:
+		v.Err = err
 		return v
-	case err != nil && p.OnError == FailClosed:
+	case decide.FailedClosed:
+		v.Err = err
 		l.logStoreError(p, err, "closed")
-		v.act, v.err, v.outcome = actFailClosed, err, outcomeFailedClosed
-		v.res = sluice.Result{}
-	case err != nil:
-		l.logStoreError(p, err, "open")
-		v.act, v.outcome = actPass, outcomeFailedOpen
-		v.res = sluice.Result{Allowed: true, DecidedBy: sluice.ByOpen}
-	case !res.Allowed && p.Shadow:
-		v.act, v.outcome = actPass, outcomeShadowDenied
+	case decide.ShadowDenied:
 		if l.shadowLog.allow() {
 			l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
 		}
-	case !res.Allowed:
-		v.act, v.outcome = actDeny, outcomeOf(res)
-	default:
-		v.act, v.outcome = actServe, outcomeOf(res)
-		if res.Delay > 0 && s.holds {
-			return v // counted by hold
+	case decide.FailedOpen:
+		if err != nil {
+			l.logStoreError(p, err, "open")
 		}
+	}
+	if v.Act == decide.Serve && v.Result.Delay > 0 && s.holds {
+		return v // counted by hold
 	}
 	l.count(p, s, &v)
 	return v
@@ -699,21 +701,21 @@ func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
 
 // count counts the verdict's outcome and records it for the access log.
 func (l *Limiter) count(p *policy, s *subject, v *verdict) {
-	p.counters.inc(v.outcome)
-	res := &v.res
-	if v.outcome == outcomeFailedOpen || v.outcome == outcomeFailedClosed {
+	p.counters.Inc(v.Outcome)
+	res := &v.Result
+	if v.Outcome == decide.FailedOpen || v.Outcome == decide.FailedClosed {
 		res = nil
 	}
-	s.rec.decided(v.outcome, res)
+	s.rec.decided(v.Outcome, res)
 }
 
 // hold waits the delay of an allowed verdict, counts it, and reports
 // whether to serve: a caller that goes away while held gets its tokens
 // back.
 func (l *Limiter) hold(ctx context.Context, p *policy, s *subject, v *verdict) bool {
-	if !l.wait(ctx, v.res.Delay) {
-		_, _ = l.adjust(context.WithoutCancel(ctx), p, v.req.Key, -v.req.Cost, v.req.Rules)
-		v.outcome = outcomeCancelled
+	if !l.wait(ctx, v.Result.Delay) {
+		_, _ = l.adjust(context.WithoutCancel(ctx), p, v.Request.Key, -v.Request.Cost, v.Request.Rules)
+		v.Outcome = decide.Cancelled
 		l.count(p, s, v)
 		return false
 	}
@@ -762,12 +764,28 @@ type Verdict struct {
 // fails closed, the store's; a policy that fails open answers allowed, with
 // Result.DecidedBy sluice.ByOpen.
 func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, cost int64) (Verdict, error) {
+	v := l.Verdict(ctx, policyName, a, cost)
+	out := Verdict{Result: v.Result, Outcome: v.Outcome.String()}
+	if v.Act == decide.Invalid || v.Act == decide.FailClosed {
+		return out, v.Err
+	}
+	return out, nil
+}
+
+// Verdict is Decide for front doors that switch on what to do: the
+// decision core's whole answer, with its typed outcome and the rules it
+// was decided with (for Fields). Its Act is decide.Invalid, with Err, for
+// an unknown policy (ErrUnknownPolicy) and for bad input (sluice.ErrInvalid,
+// sluice.ErrCostExceedsBurst); decide.FailClosed, with the store's error,
+// when the store failed and the policy fails closed; decide.Pass for a
+// shadow denial and a failure served open (Result.Allowed is true then).
+func (l *Limiter) Verdict(ctx context.Context, policyName string, a Attributes, cost int64) decide.Verdict {
 	p, ok := l.byName[policyName]
 	if !ok {
-		return Verdict{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
+		return decide.Verdict{Act: decide.Invalid, Outcome: decide.None, Err: fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)}
 	}
 	if err := p.checkValues(a.Values); err != nil {
-		return Verdict{}, err
+		return decide.Verdict{Act: decide.Invalid, Outcome: decide.None, Err: err}
 	}
 	s := subject{caller: Caller{ID: a.Identity}, authenticated: a.Identity != "", values: a.Values, cost: cost}
 	if a.ClientIP.IsValid() {
@@ -779,19 +797,10 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 	} else {
 		v = l.decide(ctx, p, &s)
 	}
-	out := Verdict{Result: v.res}
-	if v.outcome < numOutcomes {
-		out.Outcome = outcomeNames[v.outcome]
+	if v.Act == decide.FailClosed {
+		v.Err = fmt.Errorf("httplimit: policy %q fails closed: %w", p.Name, v.Err)
 	}
-	switch v.act {
-	case actInvalid:
-		return out, v.err
-	case actFailClosed:
-		return out, fmt.Errorf("httplimit: policy %q fails closed: %w", p.Name, v.err)
-	case actPass:
-		out.Allowed = true
-	}
-	return out, nil
+	return v.Verdict
 }
 
 // Check decides cost tokens for key under the named policy: Decide for a
@@ -889,8 +898,8 @@ func (l *Limiter) checkStore(ctx context.Context, p *policy, req sluice.Request)
 	} else {
 		res, err = l.store.Check(ctx, req)
 	}
-	l.metrics.observe(opCheck, time.Since(start), err)
-	if err != nil && p.Local && l.fallback != nil && !isInputError(err) {
+	l.metrics.Observe(decide.OpCheck, time.Since(start), err)
+	if err != nil && p.local && l.fallback != nil && !decide.IsInputError(err) {
 		if fres, ok := l.fallback(ctx, p.Name, req, err); ok {
 			l.logStoreError(p, err, "local")
 			fres.DecidedBy = sluice.ByLocal
@@ -911,15 +920,11 @@ func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64
 		defer cancel()
 	}
 	res, err := l.store.Adjust(ctx, key, delta, rules)
-	l.metrics.observe(opAdjust, time.Since(start), err)
+	l.metrics.Observe(decide.OpAdjust, time.Since(start), err)
 	if err != nil {
 		l.logStoreError(p, err, "adjust skipped")
 	}
 	return res, err
-}
-
-func isInputError(err error) bool {
-	return errors.Is(err, sluice.ErrInvalid) || errors.Is(err, sluice.ErrCostExceedsBurst)
 }
 
 func (l *Limiter) logStoreError(p *policy, err error, action string) {

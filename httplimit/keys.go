@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Key says what a policy's buckets are keyed by, in place of the identity
@@ -112,8 +113,19 @@ type keySpec struct {
 	shared bool
 }
 
+// partKind is what a key part reads. Its value is the byte that stands for
+// it in store keys, so it never changes: buckets survive an upgrade.
+type partKind byte
+
+const (
+	partHeader   partKind = 'h' // a request header
+	partPath     partKind = 'p' // a wildcard of the pattern
+	partClaim    partKind = 'c' // a claim of the verified token
+	partClientIP partKind = 'i' // the client address
+)
+
 type keyPart struct {
-	kind  byte   // 'h' header, 'p' path wildcard, 'c' claim, 'i' client address
+	kind  partKind
 	name  string // canonical header name, wildcard or claim name
 	attr  string // KeyPart.Name
 	seg   int    // path: the wildcard's segment
@@ -158,17 +170,17 @@ func compileKey(in *Policy) (*keySpec, error) {
 			if !validHeaderName(kp.Header) {
 				return nil, fail("part %d: %q is not a header name", i, kp.Header)
 			}
-			p.kind, p.name = 'h', http.CanonicalHeaderKey(kp.Header)
+			p.kind, p.name = partHeader, http.CanonicalHeaderKey(kp.Header)
 		case kp.Path != "":
 			seg, multi, err := PatternWildcard(in.Pattern, kp.Path)
 			if err != nil {
 				return nil, fail("part %d: %v", i, err)
 			}
-			p.kind, p.name, p.seg, p.multi = 'p', kp.Path, seg, multi
+			p.kind, p.name, p.seg, p.multi = partPath, kp.Path, seg, multi
 		case kp.Claim != "":
-			p.kind, p.name = 'c', kp.Claim
+			p.kind, p.name = partClaim, kp.Claim
 		default:
-			p.kind = 'i'
+			p.kind = partClientIP
 		}
 		spec.parts = append(spec.parts, p)
 	}
@@ -226,13 +238,13 @@ func validHeaderName(s string) bool {
 // silently by its identity.
 func (p *policy) checkValues(values map[string]string) error {
 	for name := range values {
-		if p.key != nil && slices.ContainsFunc(p.key.parts, func(kp keyPart) bool { return kp.attr == name && kp.kind != 'i' }) {
+		if p.key != nil && slices.ContainsFunc(p.key.parts, func(kp keyPart) bool { return kp.attr == name && kp.kind != partClientIP }) {
 			continue
 		}
 		var reads []string
 		if p.key != nil {
 			for _, kp := range p.key.parts {
-				if kp.kind != 'i' {
+				if kp.kind != partClientIP {
 					reads = append(reads, kp.attr)
 				}
 			}
@@ -264,7 +276,7 @@ func (l *Limiter) buildKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) error
 	if !ok && s.r == nil {
 		return errNoKey
 	}
-	kb.buildAddr(p.Name, rs.class, a)
+	kb.buildAddr(p.Name, rs.Class.KeyByte(), a)
 	return nil
 }
 
@@ -275,16 +287,16 @@ func (l *Limiter) buildAttrKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) e
 	b := append(kb.scratch[:0], p.Name...)
 	b = append(b, 0, 'k')
 	switch {
-	case (rs.class == 'a' || rs.class == 'u') && p.key.shared:
+	case (rs.Class == decide.Anonymous || rs.Class == decide.Authenticated) && p.key.shared:
 		b = append(b, 's')
-	case rs.class == 'a' || rs.class == 'u':
-		b = append(b, rs.class)
-	case rs.class == 'o':
-		b = append(b, 'o')
+	case rs.Class == decide.Anonymous || rs.Class == decide.Authenticated:
+		b = append(b, rs.Class.KeyByte())
+	case rs.Class == decide.Override:
+		b = append(b, rs.Class.KeyByte())
 		b = appendString(b, s.caller.ID)
 	default: // a rule set picked by something else: by plan
-		b = append(b, rs.class)
-		b = appendString(b, rs.plan)
+		b = append(b, rs.Class.KeyByte())
+		b = appendString(b, rs.Plan)
 	}
 	if p.key.global {
 		kb.sum(append(b, 'g'))
@@ -292,7 +304,7 @@ func (l *Limiter) buildAttrKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) e
 	}
 	for i := range p.key.parts {
 		kp := &p.key.parts[i]
-		b = append(b, kp.kind)
+		b = append(b, byte(kp.kind))
 		var v valueBuf
 		l.value(kp, s, &v)
 		if v.total > 0 {
@@ -317,7 +329,7 @@ func (l *Limiter) buildAttrKey(kb *keyBuf, p *policy, rs *ruleSet, s *subject) e
 // value reads the attribute of kp from s into v (nothing when absent).
 func (l *Limiter) value(kp *keyPart, s *subject, v *valueBuf) {
 	if s.r == nil {
-		if kp.kind == 'i' {
+		if kp.kind == partClientIP {
 			if a, ok := s.clientAddr(l); ok {
 				v.addAddr(a)
 			}
@@ -327,20 +339,20 @@ func (l *Limiter) value(kp *keyPart, s *subject, v *valueBuf) {
 		return
 	}
 	switch kp.kind {
-	case 'h':
+	case partHeader:
 		for i, hv := range s.r.Header[kp.name] {
 			if i > 0 {
 				v.add(", ")
 			}
 			v.add(hv)
 		}
-	case 'p':
+	case partPath:
 		pathValue(s.path, kp.seg, kp.multi, v)
-	case 'c':
+	case partClaim:
 		if s.authenticated {
 			claimValue(s.caller.Claims[kp.name], v)
 		}
-	case 'i':
+	case partClientIP:
 		a, _ := s.clientAddr(l)
 		v.addAddr(a)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Overrides are rules of single identities that change while the Limiter
@@ -147,7 +148,7 @@ func (p *policy) compileRuntime(t *overrideTable) *compiledOverrides {
 	ids := t.rules[p.Name]
 	c := &compiledOverrides{gen: t.gen, sets: make(map[string]*ruleSet, len(ids))}
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		rs, err := newRuleSet(&p.Policy, 'o', ids[id])
+		rs, err := newRuleSet(&p.Policy, decide.Override, ids[id])
 		if err != nil {
 			if p.rt.log != nil {
 				p.rt.log.Warn("sluice: runtime override ignored; the identity keeps its static rules", "policy", p.Name, "identity", id, "err", err)
@@ -169,7 +170,7 @@ func (l *Limiter) ValidateRules(policyName string, rules []sluice.Rule) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 	}
-	_, err := newRuleSet(&p.Policy, 'o', rules)
+	_, err := newRuleSet(&p.Policy, decide.Override, rules)
 	return err
 }
 
@@ -194,7 +195,7 @@ func (l *Limiter) Usage(ctx context.Context, policyName string, caller Caller) (
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Rules: slices.Clone(rs.rules), Source: p.source(caller.ID, rs)}
+	u := Usage{Rules: slices.Clone(rs.Rules), Source: p.source(caller.ID, rs)}
 	ins, ok := l.store.(sluice.Inspector)
 	if !ok {
 		return u, sluice.ErrNotInspectable
@@ -202,7 +203,7 @@ func (l *Limiter) Usage(ctx context.Context, policyName string, caller Caller) (
 	if l.storeCtx != nil {
 		ctx = l.storeCtx(ctx, &p.Policy)
 	}
-	u.Results, err = ins.Inspect(ctx, key, rs.rules)
+	u.Results, err = ins.Inspect(ctx, key, rs.Rules)
 	return u, err
 }
 
@@ -217,7 +218,7 @@ func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error 
 	if err != nil {
 		return err
 	}
-	if err := l.refill(ctx, p, key, rs.rules); err != nil {
+	if err := l.refill(ctx, p, key, rs.Rules); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.plans)) {
@@ -227,7 +228,7 @@ func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error 
 		}
 		var kb keyBuf
 		kb.buildFor(p.Name, prs, identity)
-		if err := l.refill(ctx, p, kb.String(), prs.rules); err != nil {
+		if err := l.refill(ctx, p, kb.String(), prs.Rules); err != nil {
 			return err
 		}
 	}
@@ -235,12 +236,12 @@ func (l *Limiter) Reset(ctx context.Context, policyName, identity string) error 
 	if o, ok := p.overrides[identity]; ok {
 		static = o
 	}
-	if static == rs || static.class == rs.class && slices.Equal(static.rules, rs.rules) {
+	if static == rs || static.Class == rs.Class && slices.Equal(static.Rules, rs.Rules) {
 		return nil
 	}
 	var kb keyBuf
-	kb.build(p.Name, static.class, identity)
-	return l.refill(ctx, p, kb.String(), static.rules)
+	kb.build(p.Name, static.Class.KeyByte(), identity)
+	return l.refill(ctx, p, kb.String(), static.Rules)
 }
 
 // refill refunds a whole burst, and more, to every bucket of key.
@@ -275,8 +276,8 @@ func (p *policy) source(identity string, rs *ruleSet) string {
 		return "runtime"
 	case rs == p.overrides[identity]:
 		return "override"
-	case rs.class == 'p':
-		return "plan " + rs.plan
+	case rs.Class == decide.Plan:
+		return "plan " + rs.Plan
 	}
 	return "authenticated"
 }

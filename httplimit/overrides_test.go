@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 func overrideEnv(t *testing.T, ov *Overrides) *env {
@@ -150,7 +151,7 @@ func BenchmarkRuntimeOverrideLookup(b *testing.B) {
 	p.rt.attach(ov, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if p.rulesFor(Caller{ID: "id-ab"}, true).class != 'o' {
+		if p.rulesFor(Caller{ID: "id-ab"}, true).Class != decide.Override {
 			b.Fatal("no override")
 		}
 	}

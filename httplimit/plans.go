@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/decide"
 )
 
 // A plan is a name that a verified credential carries (Caller.Plan: a JWT
@@ -46,11 +48,11 @@ func (p *policy) compilePlans() error {
 		if len(rules) == 0 {
 			return fmt.Errorf("httplimit: policy %q: plan %q has no rules", p.Name, name)
 		}
-		rs, err := newRuleSet(&p.Policy, 'p', rules)
+		rs, err := newRuleSet(&p.Policy, decide.Plan, rules)
 		if err != nil {
 			return fmt.Errorf("%w (plan %q)", err, name)
 		}
-		rs.plan = name
+		rs.Plan = name
 		p.plans[name] = &rs
 	}
 	return nil
@@ -84,13 +86,13 @@ func (p *policy) planRules(plan string) *ruleSet {
 // buildFor builds the key of id under the rule set rs of policy: a plan's
 // buckets are the plan's own.
 func (k *keyBuf) buildFor(policy string, rs *ruleSet, id string) {
-	if rs.plan == "" {
-		k.build(policy, rs.class, id)
+	if rs.Plan == "" {
+		k.build(policy, rs.Class.KeyByte(), id)
 		return
 	}
 	b := append(k.scratch[:0], policy...)
-	b = append(b, 0, rs.class, 0)
-	b = append(b, rs.plan...)
+	b = append(b, 0, rs.Class.KeyByte(), 0)
+	b = append(b, rs.Plan...)
 	b = append(b, 0)
 	b = append(b, id...)
 	k.sum(b)

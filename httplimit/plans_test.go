@@ -148,7 +148,7 @@ func TestPlanHeaders(t *testing.T) {
 	for _, c := range []struct {
 		r    response
 		want string
-	}{{free, p.plans["free"].policy}, {pro, p.plans["pro"].policy}} {
+	}{{free, p.plans["free"].Policy}, {pro, p.plans["pro"].Policy}} {
 		if got := c.r.header.Get("RateLimit-Policy"); got != c.want {
 			t.Errorf("RateLimit-Policy %q, want %q", got, c.want)
 		}

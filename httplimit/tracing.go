@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Spans, with Options.Tracer set. Their attributes name the policy, the
@@ -30,20 +31,17 @@ func (l *Limiter) decideTraced(ctx context.Context, p *policy, s *subject) verdi
 	ctx, span := l.tracer.Start(ctx, spanDecision, trace.WithAttributes(attrPolicy.String(p.Name)))
 	defer span.End()
 	v := l.decide(ctx, p, s)
-	switch {
-	case v.outcome < numOutcomes:
-		span.SetAttributes(attrOutcome.String(outcomeNames[v.outcome]))
-	case v.act == actPass:
-		span.SetAttributes(attrOutcome.String("allowlisted"))
+	if v.Outcome != decide.None {
+		span.SetAttributes(attrOutcome.String(v.Outcome.String()))
 	}
-	if v.rs != nil {
-		span.SetAttributes(attrClass.String(classNames[v.rs.class]))
+	if v.Rules != nil {
+		span.SetAttributes(attrClass.String(v.Rules.Class.String()))
 	}
-	if v.act != actInvalid && v.act != actFailClosed && v.outcome != outcomeFailedOpen {
-		span.SetAttributes(attrDecidedBy.String(v.res.DecidedBy.String()))
+	if v.Act != decide.Invalid && v.Act != decide.FailClosed && v.Outcome != decide.FailedOpen {
+		span.SetAttributes(attrDecidedBy.String(v.Result.DecidedBy.String()))
 	}
-	if v.err != nil {
-		span.SetStatus(codes.Error, v.err.Error())
+	if v.Err != nil {
+		span.SetStatus(codes.Error, v.Err.Error())
 	}
 	return v
 }

@@ -92,7 +92,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -123,41 +122,23 @@ var (
 var errClosedCircuit = fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
 
 // Mode is a failure policy: how a check is decided when the store fails.
-type Mode uint8
+// It is sluice.OnError, the module's one on_error type.
+type Mode = sluice.OnError
 
 const (
 	// Local decides it with an in-process bucket at the rule's rate and
 	// burst divided by Options.Instances: the default.
-	Local Mode = iota
+	Local = sluice.OnErrorLocal
 	// Open lets the request through, and counts and logs it.
-	Open
+	Open = sluice.OnErrorOpen
 	// Closed refuses it with an error wrapping ErrUnavailable.
-	Closed
+	Closed = sluice.OnErrorClosed
 )
 
 var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
 
-// String returns "open", "closed" or "local", as ParseMode reads them.
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return fmt.Sprintf("Mode(%d)", m)
-}
-
-// ParseMode reads a failure policy as configuration writes it: "local",
-// "open" or "closed"; the empty string is Local.
-func ParseMode(s string) (Mode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "local":
-		return Local, nil
-	case "open":
-		return Open, nil
-	case "closed":
-		return Closed, nil
-	}
-	return Local, fmt.Errorf("%w: on_error %q: want open, closed or local", sluice.ErrInvalid, s)
-}
+// ParseMode is sluice.ParseOnError.
+func ParseMode(s string) (Mode, error) { return sluice.ParseOnError(s) }
 
 type modeKey struct{}
 

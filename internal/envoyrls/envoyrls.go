@@ -23,7 +23,6 @@ package envoyrls
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math"
 	"net/http"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -69,8 +69,9 @@ type decision struct {
 	key    string
 	cost   int64
 	res    sluice.Result
-	over   bool // over the limit (shadow and quota mode included)
-	failed bool // the store failed and on_error decided
+	rules  *decide.Rules // the rules decided with, for the fields
+	over   bool          // over the limit (shadow and quota mode included)
+	failed bool          // the store failed and on_error decided
 	// override: the limit is the request's own (a descriptor limit
 	// override), decided by counting in config.RLSOverridePolicy.
 	override bool
@@ -261,30 +262,28 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 	return max(1, int64(req.GetHitsAddend()))
 }
 
-// decide asks the Limiter's decision core about d (Decide, by name), the
-// one place this front door does. A refusal of envoyproxy/ratelimit's
-// fixed window is counted by that same call, as its INCRBY counts every
-// hit (the policy's CountDenied, set by package config); a cost beyond
-// the limit is a refusal.
+// decide asks the Limiter's decision core about d (Verdict, by name), the
+// one place this front door does, and acts on what it says to do. A
+// refusal of envoyproxy/ratelimit's fixed window is counted by that same
+// call, as its INCRBY counts every hit (the policy's CountDenied, set by
+// package config); a cost beyond the limit is a refusal.
 func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decision) {
 	if d.limit.Policy == "" { // requests_per_unit: 0
 		d.over = d.cost > 0
 		return
 	}
-	v, err := lim.Decide(ctx, d.limit.Policy, httplimit.Attributes{Identity: d.key}, d.cost)
-	switch {
-	case err == nil:
-		d.res, d.over = v.Result, !v.Allowed || v.Outcome == "shadow_denied"
-	case errors.Is(err, sluice.ErrCostExceedsBurst):
+	v := lim.Verdict(ctx, d.limit.Policy, httplimit.Attributes{Identity: d.key}, d.cost)
+	d.res, d.rules = v.Result, v.Rules
+	switch v.Act {
+	case decide.Pass: // a shadow denial, or served open while the store fails
+		d.over = v.Outcome == decide.ShadowDenied
+	case decide.Deny:
 		d.over = true
-	case lim.FailsClosed(d.limit.Policy):
+	case decide.FailClosed:
 		d.over, d.failed = true, true
 		d.res = sluice.Result{RetryAfter: time.Second}
-		return
-	default: // on_error: open (local decided already, when it could)
-		d.failed = true
-		d.res = sluice.Result{Allowed: true, Limit: int64(d.limit.RequestsPerUnit), Remaining: int64(d.limit.RequestsPerUnit), DecidedBy: sluice.ByOpen}
-		return
+	case decide.Invalid: // a cost beyond the limit (sluice.ErrCostExceedsBurst)
+		d.over = true
 	}
 }
 
@@ -376,7 +375,7 @@ func (s *service) headers(lim *httplimit.Limiter, ds []decision, over bool, elap
 	var h http.Header
 	switch {
 	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0 && !d.override:
-		h = lim.Fields(d.limit.Policy, d.key, d.res, elapsed)
+		h = lim.FieldsOf(d.rules, d.res, elapsed)
 		if _, ok := h[xReset]; ok {
 			// Seconds until the window resets, as envoyproxy/ratelimit's
 			// reset header counts, not the Unix time of sluice's proxy.

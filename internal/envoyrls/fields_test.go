@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ func TestHeaderValuesKeepsEveryField(t *testing.T) {
 		{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: time.Second},
 		{Allowed: false, Limit: 1, RetryAfter: time.Second, ResetAfter: time.Second},
 	} {
-		h := lim.Fields("p", "k", res, 0)
+		v := lim.Verdict(context.Background(), "p", httplimit.Attributes{Identity: "k"}, 0)
+		h := lim.FieldsOf(v.Rules, res, 0)
 		n := 0
 		for _, v := range h {
 			n += len(v)

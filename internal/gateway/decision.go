@@ -16,7 +16,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -147,28 +147,26 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	res, err := st.limiter.Decide(r.Context(), req.Policy, attrs, cost)
-	switch {
-	case errors.Is(err, httplimit.ErrUnknownPolicy):
-		msg := fmt.Sprintf("no policy is named %q", req.Policy)
-		if authorized {
-			// Only a caller that proved it holds the token is told the
-			// configuration.
-			msg += fmt.Sprintf("; configured: %v", st.limiter.Policies())
-		}
-		writeError(w, http.StatusBadRequest, "unknown_policy", msg)
-		return
-	case errors.Is(err, sluice.ErrCostExceedsBurst), errors.Is(err, sluice.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-		return
-	case err != nil:
-		if st.limiter.FailsClosed(req.Policy) {
-			writeError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the store cannot decide right now and the policy fails closed")
+	v := st.limiter.Verdict(r.Context(), req.Policy, attrs, cost)
+	switch v.Act {
+	case decide.Invalid:
+		if errors.Is(v.Err, httplimit.ErrUnknownPolicy) {
+			msg := fmt.Sprintf("no policy is named %q", req.Policy)
+			if authorized {
+				// Only a caller that proved it holds the token is told the
+				// configuration.
+				msg += fmt.Sprintf("; configured: %v", st.limiter.Policies())
+			}
+			writeError(w, http.StatusBadRequest, "unknown_policy", msg)
 			return
 		}
-		writeJSON(w, http.StatusOK, checkResponse{Allowed: true, Policy: req.Policy, StoreError: true, DecidedBy: sluice.ByOpen.String()})
+		writeError(w, http.StatusBadRequest, "invalid_request", v.Err.Error())
+		return
+	case decide.FailClosed:
+		writeError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the store cannot decide right now and the policy fails closed")
 		return
 	}
+	res := v.Result
 	var rules []ruleUsage
 	if cost == 0 {
 		rules = usageOf(r.Context(), st.limiter, req.Policy, req.Key)
@@ -184,7 +182,7 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		DelayMs:      ceilMs(res.Delay),
 		StoreError:   res.DecidedBy.Degraded(),
 		DecidedBy:    res.DecidedBy.String(),
-		ShadowDenied: res.Outcome == "shadow_denied",
+		ShadowDenied: v.Outcome == decide.ShadowDenied,
 	})
 }
 

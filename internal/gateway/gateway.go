@@ -228,12 +228,9 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 
 // onErrorContext carries a policy's own on_error to the resilient store.
 func onErrorContext(ctx context.Context, p *httplimit.Policy) context.Context {
-	mode := resilient.Open
-	switch {
-	case p.Local:
+	mode := p.OnError
+	if p.Local {
 		mode = resilient.Local
-	case p.OnError == httplimit.FailClosed:
-		mode = resilient.Closed
 	}
 	return resilient.WithOnError(ctx, mode)
 }
