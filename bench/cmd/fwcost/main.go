@@ -86,15 +86,13 @@ func main() {
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				for range callers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
+					wg.Go(func() {
 						for i := next.Add(1); i <= int64(*n); i = next.Add(1) {
 							if err := l.f("k" + strconv.FormatInt(i%int64(keys), 10)); err != nil {
 								panic(err)
 							}
 						}
-					}()
+					})
 				}
 				wg.Wait()
 				usec, calls := stats(c)
