@@ -112,6 +112,12 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 		timeout = 50 * time.Millisecond
 	}
 	u.DialTimeout, u.ReadTimeout, u.WriteTimeout = timeout, timeout, timeout
+	if u.TLSConfig == nil {
+		// go-redis's own dialer, whose connections skip the health
+		// check's system call when they answered within the last few
+		// milliseconds (healthcheck.go). A TLS connection is never peeked.
+		u.Dialer = dialRecent(timeout)
+	}
 	u.PoolSize = opts.PoolSize
 	if opts.FailFast {
 		u.DialerRetries, u.MaxRetries = 1, -1
