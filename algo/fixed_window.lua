@@ -31,8 +31,13 @@ end
 local max_us = 9007199254740992 -- 2^53: a count saturates there (addCount)
 
 -- The tables are reused from op to op; a key of one rule, the common
--- case, is read and written without a table of its own.
+-- case, is read and written without a table of its own. A key that comes
+-- more than once (a hot key's checks, coalesced) is read once and written
+-- once: its value between ops is kept in val (false: none), its expiry in
+-- ttl, and written at the end when an op changed it, as the last of
+-- separate calls would have left it.
 local w, burst, t, st, out = {}, {}, {}, {}, {}
+local val, ttl, dirty, order = {}, {}, {}, {}
 for k = 1, #KEYS do
   local key = KEYS[k]
   local kind, amount, n
@@ -42,7 +47,11 @@ for k = 1, #KEYS do
     st[2 * i - 1], st[2 * i] = 0, 0 -- start and count: none
   end
   local format = n == 1 and '<dd' or '<' .. string.rep('d', 2 * n)
-  local v = call('GET', key)
+  local v = val[key]
+  if v == nil then
+    v = call('GET', key)
+    val[key] = v
+  end
   if v and #v == 16 * n then
     if n == 1 then
       st[1], st[2] = unpack_struct(format, v)
@@ -106,18 +115,29 @@ for k = 1, #KEYS do
     end
     out[k] = table.concat(r)
   end
-  if changed then
+  if changed and (idle > 0 or v) then
     if idle > 0 then
-      local packed
       if n == 1 then
-        packed = pack(format, st[1], st[2])
+        val[key] = pack(format, st[1], st[2])
       else
-        packed = pack(format, unpack(st, 1, 2 * n))
+        val[key] = pack(format, unpack(st, 1, 2 * n))
       end
-      call('SET', key, packed, 'PX', math.ceil(math.max(0, idle - now) / 1000) + margin_ms)
-    elseif v then
-      call('DEL', key)
+      ttl[key] = math.ceil(math.max(0, idle - now) / 1000) + margin_ms
+    else
+      val[key] = false
     end
+    if not dirty[key] then
+      dirty[key] = true
+      order[#order + 1] = key
+    end
+  end
+end
+for _, key in ipairs(order) do
+  local v = val[key]
+  if v then
+    call('SET', key, v, 'PX', ttl[key])
+  else
+    call('DEL', key)
   end
 end
 return table.concat(out)

@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,6 +135,57 @@ func TestCountDeniedOnlyForTheFixedWindow(t *testing.T) {
 		s.Close()
 		if (name == FixedWindow) != (err == nil) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A batch reads and writes each key once, however many of its ops name
+// it: a hot key's coalesced checks cost Redis one GET and one SET, as the
+// token bucket's do, and the key keeps its expiry.
+func TestFixedWindowBatchReadsAndWritesAKeyOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, Prefix: "once:"})
+	defer rs.Close()
+	s := rs.(*fixedWindowRedis)
+	rules := []sluice.Rule{{Rate: 10, Burst: 25}}
+	var ops []fwOp
+	for i := range 30 {
+		ops = append(ops, fwOp{key: "hot", kind: "c", amount: 1, rules: rules})
+		if i%3 == 0 {
+			ops = append(ops, fwOp{key: "warm", kind: "c", amount: 1, rules: rules})
+		}
+	}
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := make([]sluice.Result, len(ops)), make([]error, len(ops))
+	s.send(ctx, ops, res, errs)
+	admitted := map[string]int{}
+	for i, o := range ops {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if res[i].Allowed {
+			admitted[o.key]++
+		}
+	}
+	if admitted["hot"] != 25 || admitted["warm"] != 10 {
+		t.Fatalf("admitted %v, want hot 25 (the burst) and warm 10", admitted)
+	}
+	stats, err := client.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"get", "set"} {
+		if !strings.Contains(stats, "cmdstat_"+cmd+":calls=2,") {
+			t.Errorf("want 2 calls of %s (one per key) for a batch of %d ops on 2 keys:\n%s", cmd, len(ops), stats)
+		}
+	}
+	for _, k := range []string{"hot", "warm"} {
+		if ttl := client.PTTL(ctx, s.Key(k)).Val(); ttl <= 0 {
+			t.Errorf("key %s: PTTL %v, want an expiry", k, ttl)
 		}
 	}
 }

@@ -44,9 +44,13 @@ func (r RLSResult) RPS() float64 { return float64(r.Decisions) / r.Elapsed.Secon
 // multiplexes their calls, as Envoy's own client does.
 const callersPerConn = 16
 
+// RLSCallTimeout is the deadline of each call of LoadRLS.
+const RLSCallTimeout = 2 * time.Second
+
 // LoadRLS sends ShouldRateLimit requests of domain "bench" with one
 // descriptor (user = a key of w) to the service at addr from callers
-// goroutines, for warmup and then for duration.
+// goroutines, for warmup and then for duration; each call has a deadline
+// of RLSCallTimeout.
 func LoadRLS(ctx context.Context, addr string, w *Workload, callers int, warmup, duration time.Duration) (RLSResult, error) {
 	conns := make([]rlsv3.RateLimitServiceClient, (callers+callersPerConn-1)/callersPerConn)
 	for i := range conns {
@@ -64,6 +68,17 @@ func LoadRLS(ctx context.Context, addr string, w *Workload, callers int, warmup,
 		wg        sync.WaitGroup
 		firstErr  error
 	)
+	// Requests built beforehand, before the clock starts: the timed part
+	// measures the services.
+	reqsOf := make([][]*rlsv3.RateLimitRequest, callers)
+	for c := range reqsOf {
+		reqsOf[c] = make([]*rlsv3.RateLimitRequest, 4096)
+		for i := range reqsOf[c] {
+			reqsOf[c][i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
+				Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: w.Key(c*(seqLen/callers) + i)}},
+			}}}
+		}
+	}
 	measureFrom := time.Now().Add(warmup)
 	end := measureFrom.Add(duration)
 	for c := range callers {
@@ -71,13 +86,7 @@ func LoadRLS(ctx context.Context, addr string, w *Workload, callers int, warmup,
 		go func() {
 			defer wg.Done()
 			client := conns[c%len(conns)]
-			// Requests built beforehand: the loop measures the services.
-			reqs := make([]*rlsv3.RateLimitRequest, 4096)
-			for i := range reqs {
-				reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
-					Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: w.Key(c*(seqLen/callers) + i)}},
-				}}}
-			}
+			reqs := reqsOf[c]
 			lat := make([]int64, 0, 1<<16)
 			var ok, failed int64
 			var err1 error
@@ -86,7 +95,11 @@ func LoadRLS(ctx context.Context, addr string, w *Workload, callers int, warmup,
 				if t.After(end) {
 					break
 				}
-				resp, err := client.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+				// A deadline per call: a service that stops answering
+				// fails its calls instead of holding the load up.
+				callCtx, cancel := context.WithDeadline(ctx, t.Add(RLSCallTimeout))
+				resp, err := client.ShouldRateLimit(callCtx, reqs[i%len(reqs)])
+				cancel()
 				d := time.Since(t)
 				if t.Before(measureFrom) {
 					continue

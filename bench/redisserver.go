@@ -137,3 +137,6 @@ func MemoryUsage(ctx context.Context, c *redis.Client, key string) (int64, error
 	}
 	return n, err
 }
+
+// Pid returns the redis-server's process id.
+func (s *RedisServer) Pid() int { return s.cmd.Process.Pid }

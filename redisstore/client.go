@@ -119,6 +119,12 @@ func NewClient(opts ClientOptions) (redis.UniversalClient, error) {
 	if unix && (len(opts.ClusterAddrs) > 0 || opts.SentinelMaster != "") {
 		return nil, errors.New("redisstore: a unix socket url reaches one server; use redis:// with cluster or sentinel addresses")
 	}
+	if u.TLSConfig == nil {
+		// go-redis's own dialer, whose connections skip the health
+		// check's system call when they answered within the last few
+		// milliseconds (healthcheck.go). A TLS connection is never peeked.
+		u.Dialer = dialRecent(timeout)
+	}
 	u.PoolSize = opts.PoolSize
 	if opts.FailFast {
 		u.DialerRetries, u.MaxRetries = 1, -1

@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
 )
 
@@ -97,4 +103,40 @@ func (failing) Check(ctx context.Context, req sluice.Request) (sluice.Result, er
 
 func (failing) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
 	return sluice.Result{}, errDown
+}
+
+// BenchmarkCheckRedis measures a check through the resilient layer over
+// the Redis store on a real server, by one caller and by 32: what the
+// layer's call mechanics (the hand-off to the goroutine that calls the
+// store, its timer) cost next to a round trip.
+func BenchmarkCheckRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	o := srv.Options()
+	o.ContextTimeoutEnabled, o.PoolSize, o.DialerRetries, o.MaxRetries = true, 64, 1, -1
+	client := redis.NewClient(o)
+	defer client.Close()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%d", i)
+	}
+	wide := []sluice.Rule{{Rate: 1e9, Burst: 1e9}}
+	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, callers := range []int{1, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s := resilient.New(redisstore.New(client, redisstore.Options{}), resilient.Options{Logger: quietLog})
+			defer s.Close()
+			b.ReportAllocs()
+			var next atomic.Int64
+			b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := next.Add(1)
+					if _, err := s.Check(ctx, sluice.Request{Key: keys[i&1023], Cost: 1, Rules: wide}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

@@ -290,6 +290,7 @@ type Store struct {
 	timeout    time.Duration
 	queueWait  time.Duration
 	slots      chan struct{} // one token per call in flight
+	handoff    chan *job     // to a parked worker (call.go)
 	classify   func(error) Reason
 	scope      func(string) string
 	start      time.Time // the origin of the monotonic clock
@@ -347,6 +348,7 @@ func New(primary sluice.Store, opts Options) *Store {
 		inFlight = 32
 	}
 	s.slots = make(chan struct{}, inFlight)
+	s.handoff = make(chan *job)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -476,7 +478,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		return sluice.Result{}, Decision{Key: req.Key}, err // the caller gave up
 	}
 	sent := s.clock()
-	res, err := s.call(ctx, b, sent, func(ctx context.Context) (sluice.Result, error) { return s.primary.Check(ctx, req) })
+	res, err := s.call(ctx, b, sent, checkJob(req))
 	end := s.clock()
 	if err != nil && !invalid(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -534,8 +536,8 @@ func (s *Store) acquire(ctx context.Context, now int64) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(s.queueWait)
-	defer t.Stop()
+	t := getTimer(s.queueWait)
+	defer putTimer(t)
 	select {
 	case s.slots <- struct{}{}:
 		s.metrics.queueWait.Observe(float64(s.clock()-now) / 1e9)
@@ -578,9 +580,7 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			return s.adjustLocally(ctx, key, delta, rules)
 		}
 		sent := s.clock()
-		res, err := s.call(ctx, b, sent, func(ctx context.Context) (sluice.Result, error) {
-			return s.primary.Adjust(ctx, key, delta, rules)
-		})
+		res, err := s.call(ctx, b, sent, adjustJob(key, delta, rules))
 		end := s.clock()
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)
@@ -729,58 +729,6 @@ var errNoAnswer = fmt.Errorf("resilient: the store gave no sign of life within t
 type answer struct {
 	res sluice.Result
 	err error
-}
-
-// call runs fn, a call to the wrapped store that holds a call slot, and
-// waits for it: until the deadline, or while the store shows signs of life
-// up to MaxWait. Each time the deadline passes it looks again: when the
-// store has answered a call in the last deadline's time (and since this
-// one was sent), it is answering and this call's answer is on its way;
-// when the timer itself fired late, or this process's goroutines now wait
-// to run for half a deadline or more (schedLag), this process was too busy
-// to tell. Otherwise the store has failed. The call
-// goes on in its goroutine until it returns (MaxWait at most) and gives
-// its slot back then, so a call given up still counts against the bound.
-func (s *Store) call(ctx context.Context, b *breaker, sent int64, fn func(context.Context) (sluice.Result, error)) (sluice.Result, error) {
-	done := make(chan answer, 1)
-	// Given up, the call is canceled: a client that retries or dials stops
-	// then (a read in progress ends at the deadline of MaxWait).
-	cctx, cancel := context.WithTimeout(ctx, s.maxWait)
-	defer cancel()
-	go func() {
-		res, err := fn(cctx)
-		<-s.slots
-		if err == nil || invalid(err) {
-			b.answered(s.clock())
-		}
-		done <- answer{res, err}
-	}()
-	timer := time.NewTimer(s.timeout)
-	defer timer.Stop()
-	due := sent + int64(s.timeout)
-	for {
-		select {
-		case a := <-done:
-			return a.res, a.err
-		case <-ctx.Done():
-			return sluice.Result{}, ctx.Err()
-		case <-timer.C:
-		}
-		now := s.clock()
-		late := now-due > int64(s.timeout)/2 || s.lag.get() > s.timeout/2
-		alive := b.answeredSince(max(sent, now-int64(s.timeout)))
-		if (late || alive) && now-sent < int64(s.maxWait) {
-			due = now + int64(s.timeout)
-			timer.Reset(s.timeout)
-			continue
-		}
-		select {
-		case a := <-done: // it came while we looked
-			return a.res, a.err
-		default:
-		}
-		return sluice.Result{}, errNoAnswer
-	}
 }
 
 func (s *Store) modeFor(ctx context.Context) Mode {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -58,17 +57,17 @@ type rlsService struct {
 // CPU of each service's process and of Redis is measured around each run.
 func runEnvoy(work string, workloads []string, callers []int, dur time.Duration, rounds int) ([]envoyResult, error) {
 	step("envoy: building sluice and envoyproxy/ratelimit " + envoytest.Version)
-	sluiceBin := filepath.Join(work, "sluice")
-	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
-	}
-	peerBin, err := envoytest.Binary()
+	sluiceBin, err := sluiceBinary(work)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := bench.StartRedis()
+	peerBin := prebuilt.ratelimit
+	if peerBin == "" {
+		if peerBin, err = envoytest.Binary(); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := startRedis()
 	if err != nil {
 		return nil, err
 	}

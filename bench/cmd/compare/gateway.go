@@ -27,11 +27,9 @@ type gatewayResult struct {
 // then, round after round, the bare proxy and sluice serve in turn, each
 // as its own process, and loads each for dur with conc clients.
 func runGateway(work string, conc int, dur time.Duration, rounds int) (*gatewayResult, error) {
-	sluiceBin := filepath.Join(work, "sluice")
-	build := exec.Command("go", "build", "-o", sluiceBin, "./cmd/sluice")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/sluice failed, so the gateway could not be measured: %v\n%s", err, out)
+	sluiceBin, err := sluiceBinary(work)
+	if err != nil {
+		return nil, fmt.Errorf("the gateway could not be measured: %w", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -150,6 +148,10 @@ func startProc(work, name, bin string, args ...string) (*proc, error) {
 		logFile.Close()
 		close(p.done)
 	}()
+	if err := pin(cmd.Process.Pid, cpuSets.service); err != nil {
+		p.stop()
+		return nil, err
+	}
 	return p, nil
 }
 

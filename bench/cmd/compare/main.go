@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/internal/testkit/envoytest"
 )
 
 func main() {
@@ -55,7 +56,29 @@ func main() {
 	envoyRounds := flag.Int("envoy-rounds", 2, "load runs of each rate limit service, alternating; the best is reported")
 	from := flag.String("from", "", "print the table of an earlier run's raw output instead of running anything")
 	raw := flag.String("raw", "", "file for the raw go test output (default: a temporary file, named at the end)")
+	flag.StringVar(&prebuilt.sluice, "sluice-bin", "", "a prebuilt sluice binary to run instead of building cmd/sluice")
+	flag.StringVar(&prebuilt.ratelimit, "ratelimit-bin", "", "a prebuilt envoyproxy/ratelimit binary to run instead of building it")
+	flag.StringVar(&cpuSets.redis, "cpus-redis", "", "CPUs to pin redis-server to (taskset -c list, e.g. 0); empty: not pinned")
+	flag.StringVar(&cpuSets.service, "cpus-service", "", "CPUs to pin the measured services (and the gateway's upstream) to, e.g. 1-7")
+	flag.StringVar(&cpuSets.load, "cpus-load", "", "CPUs to pin this process, the load generator, to, e.g. 8-15")
+	printRatelimit := flag.Bool("print-ratelimit-bin", false, "build envoyproxy/ratelimit (cached) and print its path, for scripts/pack-bench.sh")
 	flag.Parse()
+	if *printRatelimit {
+		bin, err := envoytest.Binary()
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Println(bin)
+		return
+	}
+	if *role == "" {
+		if err := checkCPUFlags(); err != nil {
+			fatal(err)
+		}
+		if err := pinSelf(cpuSets.load); err != nil {
+			fatal(err)
+		}
+	}
 
 	switch *role {
 	case "":

@@ -1,0 +1,104 @@
+// Command fwcost measures the Redis CPU of a fixed-window decision: the
+// usec of INFO commandstats (EVALSHA for sluice's script, which includes the
+// commands it calls; INCRBY + EXPIRE for envoyproxy/ratelimit's pipelined
+// pair) divided by the decisions, at 1 and 32 callers, on one hot key and
+// on 100,000 keys, against a redis-server already running at -addr (it is
+// flushed).
+//
+//	redis-server --port 6399 --save "" --appendonly no &
+//	cd bench && go run ./cmd/fwcost -addr 127.0.0.1:6399 -n 30000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+func stats(c *redis.Client) (usec float64, calls map[string]float64) {
+	s := c.Info(context.Background(), "commandstats").Val()
+	calls = map[string]float64{}
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		name := line[8:strings.IndexByte(line, ':')]
+		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			kv := strings.SplitN(f, "=", 2)
+			v, _ := strconv.ParseFloat(kv[1], 64)
+			switch kv[0] {
+			case "usec":
+				if name == "evalsha" || name == "eval" || name == "incrby" || name == "expire" {
+					usec += v
+				}
+			case "calls":
+				calls[name] = v
+			}
+		}
+	}
+	return
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6399", "")
+	n := flag.Int("n", 40000, "decisions")
+	flag.Parse()
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 64})
+	rules := []sluice.Rule{{Rate: 1e6 / 60, Burst: 1e6}}
+	fw, err := algo.Redis(algo.FixedWindow, c, algo.RedisOptions{})
+	if err != nil {
+		panic(err)
+	}
+	envoy := func(key string) error {
+		now := time.Now().Unix()
+		k := "domain_" + key + "_" + strconv.FormatInt(now-now%60, 10)
+		p := c.Pipeline()
+		p.IncrBy(ctx, k, 1)
+		p.Expire(ctx, k, 60*time.Second)
+		_, err := p.Exec(ctx)
+		return err
+	}
+	sl := func(key string) error {
+		_, err := fw.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
+		return err
+	}
+	for _, keys := range []int{1, 100000} {
+		for _, callers := range []int{1, 32} {
+			for _, l := range []struct {
+				name string
+				f    func(string) error
+			}{{"sluice", sl}, {"envoy", envoy}} {
+				c.FlushAll(ctx)
+				_ = sl("warm") // the script loaded
+				c.ConfigResetStat(ctx)
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() {
+						for i := next.Add(1); i <= int64(*n); i = next.Add(1) {
+							if err := l.f("k" + strconv.FormatInt(i%int64(keys), 10)); err != nil {
+								panic(err)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				usec, calls := stats(c)
+				fmt.Printf("keys=%-6d callers=%-2d %-6s %6.2f µs/decision  get %.2f set %.2f evalsha %.3f incrby %.2f expire %.2f per decision\n",
+					keys, callers, l.name, usec/float64(*n), calls["get"]/float64(*n), calls["set"]/float64(*n), calls["evalsha"]/float64(*n), calls["incrby"]/float64(*n), calls["expire"]/float64(*n))
+			}
+		}
+	}
+}

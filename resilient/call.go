@@ -1,0 +1,194 @@
+package resilient
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A store call runs on a worker: a goroutine that outlives the call and
+// waits for the next one, so that a call costs no goroutine start and no
+// stack growth (a call into go-redis runs deep), and its caller waits with
+// a timer from a pool. The caller must be free to leave at the deadline
+// while the call goes on (a read from a stalled Redis cannot be cut short
+// before MaxWait, and the deadline is extended while the store shows signs
+// of life): that is why the call is not made on the caller's goroutine.
+
+// job is one call to the wrapped store. Its callCtx is the context the
+// store sees. A job whose caller left before the answer (gave up, or its
+// context ended) is canceled and left to the worker and the garbage
+// collector; the caller puts a job back in the pool only after reading its
+// answer.
+type job struct {
+	callCtx
+	b      *breaker
+	adjust bool
+	req    sluice.Request // a Check
+	key    string         // an Adjust: key, delta, rules
+	delta  int64
+	rules  []sluice.Rule
+	done   chan answer // buffered: the worker never waits for the caller
+}
+
+var jobs = sync.Pool{New: func() any {
+	return &job{done: make(chan answer, 1), callCtx: callCtx{cancel: make(chan struct{})}}
+}}
+
+// callCtx is the context of a call: its caller's values and deadline,
+// MaxWait after it was sent at the latest, and canceled when its caller
+// leaves without the answer (so that a client that retries or dials stops
+// then). It is part of its job, so that a call allocates no context: a
+// store must not keep a context after the call returns (go-redis does
+// not).
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time
+	cancel   chan struct{} // closed when the caller leaves without the answer
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *callCtx) Done() <-chan struct{}       { return c.cancel }
+func (c *callCtx) Value(key any) any           { return c.parent.Value(key) }
+
+func (c *callCtx) Err() error {
+	select {
+	case <-c.cancel:
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(c.deadline) {
+			return context.DeadlineExceeded
+		}
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// run makes j's call, gives its call slot back and answers.
+func (s *Store) run(j *job) {
+	var a answer
+	if j.adjust {
+		a.res, a.err = s.primary.Adjust(&j.callCtx, j.key, j.delta, j.rules)
+	} else {
+		a.res, a.err = s.primary.Check(&j.callCtx, j.req)
+	}
+	<-s.slots
+	if a.err == nil || invalid(a.err) {
+		j.b.answered(s.clock())
+	}
+	j.done <- a // j is its caller's from here on
+}
+
+// work runs j, then the jobs handed to it, until the Store is closed.
+// A worker that finds none waiting parks on s.handoff; at most about
+// MaxInFlight of them exist, since a job is only handed out with a call
+// slot held.
+func (s *Store) work(j *job) {
+	for {
+		s.run(j)
+		select {
+		case j = <-s.handoff:
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+// dispatch hands j to a parked worker, or starts one when none is parked.
+func (s *Store) dispatch(j *job) {
+	select {
+	case s.handoff <- j:
+	default:
+		go s.work(j)
+	}
+}
+
+var timers sync.Pool // of *time.Timer, stopped
+
+// getTimer returns a timer that fires after d.
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it for reuse: since Go 1.23 a stopped timer's
+// channel holds no stale tick.
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
+}
+
+// call hands j, a call to the wrapped store that holds a call slot, to a
+// worker and waits for it: until the deadline, or while the store shows
+// signs of life up to MaxWait. Each time the deadline passes it looks
+// again: when the store has answered a call in the last deadline's time
+// (and since this one was sent), it is answering and this call's answer is
+// on its way; when the timer itself fired late, or this process's
+// goroutines now wait to run for half a deadline or more (schedLag), this
+// process was too busy to tell. Otherwise the store has failed. The call
+// goes on in its worker until it returns (MaxWait at most) and gives its
+// slot back then, so a call given up still counts against the bound.
+func (s *Store) call(ctx context.Context, b *breaker, sent int64, j *job) (sluice.Result, error) {
+	j.parent, j.b = ctx, b
+	j.deadline = s.start.Add(time.Duration(sent) + s.maxWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
+		j.deadline = d
+	}
+	s.dispatch(j)
+	timer := getTimer(s.timeout)
+	defer putTimer(timer)
+	due := sent + int64(s.timeout)
+	for {
+		select {
+		case a := <-j.done:
+			putJob(j)
+			return a.res, a.err
+		case <-ctx.Done():
+			close(j.cancel)
+			return sluice.Result{}, ctx.Err()
+		case <-timer.C:
+		}
+		now := s.clock()
+		late := now-due > int64(s.timeout)/2 || s.lag.get() > s.timeout/2
+		alive := b.answeredSince(max(sent, now-int64(s.timeout)))
+		if (late || alive) && now-sent < int64(s.maxWait) {
+			due = now + int64(s.timeout)
+			timer.Reset(s.timeout)
+			continue
+		}
+		select {
+		case a := <-j.done: // it came while we looked
+			putJob(j)
+			return a.res, a.err
+		default:
+		}
+		close(j.cancel)
+		return sluice.Result{}, errNoAnswer
+	}
+}
+
+// checkJob returns a job that checks req.
+func checkJob(req sluice.Request) *job {
+	j := jobs.Get().(*job)
+	j.adjust, j.req = false, req
+	return j
+}
+
+// adjustJob returns a job that adjusts key by delta.
+func adjustJob(key string, delta int64, rules []sluice.Rule) *job {
+	j := jobs.Get().(*job)
+	j.adjust, j.key, j.delta, j.rules = true, key, delta, rules
+	return j
+}
+
+// putJob keeps j, answered, for reuse, holding on to nothing of its call.
+func putJob(j *job) {
+	j.parent, j.b, j.req, j.key, j.rules = nil, nil, sluice.Request{}, "", nil
+	jobs.Put(j)
+}
