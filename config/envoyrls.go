@@ -47,8 +47,10 @@ type EnvoyRLS struct {
 	// request message; DEADLINE_EXCEEDED beyond.
 	FirstMessageTimeout time.Duration `yaml:"first_message_timeout"`
 	// MaxInFlightPerDomain bounds the calls of one domain decided at once;
-	// RESOURCE_EXHAUSTED beyond.
-	MaxInFlightPerDomain int `yaml:"max_in_flight_per_domain"`
+	// a call beyond waits up to DomainWait for a slot, then gets
+	// RESOURCE_EXHAUSTED. 0 (the default): 16 per CPU.
+	MaxInFlightPerDomain int           `yaml:"max_in_flight_per_domain"`
+	DomainWait           time.Duration `yaml:"domain_wait"`
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; INVALID_ARGUMENT beyond.
 	MaxDescriptors int `yaml:"max_descriptors"`

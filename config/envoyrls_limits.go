@@ -19,8 +19,12 @@ const (
 	// headers, and gives up on the answer after its filter's timeout (20ms
 	// by default, commonly 0.25s); a message later than 2s serves no one.
 	DefaultRLSFirstMessageTimeout = 2 * time.Second
-	DefaultRLSMaxDescriptors      = 64
-	DefaultRLSMaxEntries          = 32
+	// DefaultRLSDomainWait is below the 0.25s Envoy's rate limit filter
+	// commonly waits: a call refused after it still reaches Envoy before
+	// its filter gives up, and its failure_mode_deny decides.
+	DefaultRLSDomainWait     = 100 * time.Millisecond
+	DefaultRLSMaxDescriptors = 64
+	DefaultRLSMaxEntries     = 32
 )
 
 // maxRLSCallBound bounds max_descriptors and max_entries: a call's message
@@ -40,8 +44,8 @@ func (e *EnvoyRLS) defaults(s Server) {
 	if e.FirstMessageTimeout == 0 {
 		e.FirstMessageTimeout = DefaultRLSFirstMessageTimeout
 	}
-	if e.MaxInFlightPerDomain == 0 && s.MaxInFlight > 0 {
-		e.MaxInFlightPerDomain = max(1, s.MaxInFlight/DomainShare)
+	if e.DomainWait == 0 {
+		e.DomainWait = DefaultRLSDomainWait
 	}
 	if e.MaxDescriptors == 0 {
 		e.MaxDescriptors = DefaultRLSMaxDescriptors
@@ -50,11 +54,6 @@ func (e *EnvoyRLS) defaults(s Server) {
 		e.MaxEntries = DefaultRLSMaxEntries
 	}
 }
-
-// DomainShare is the default of max_in_flight_per_domain as a fraction
-// of server.max_in_flight: one domain's flood leaves the rest of the
-// budget to the others.
-const DomainShare = 4
 
 func (v *validator) envoyRLSLimits() {
 	e := &v.c.EnvoyRLS
@@ -67,8 +66,11 @@ func (v *validator) envoyRLSLimits() {
 	if e.FirstMessageTimeout < 0 {
 		v.fail("envoy_rls.first_message_timeout", "%v: want how long a stream may wait for its request message, such as 2s", e.FirstMessageTimeout)
 	}
-	if in := v.c.Server.MaxInFlight; in >= 1 && (e.MaxInFlightPerDomain < 1 || e.MaxInFlightPerDomain > in) {
-		v.fail("envoy_rls.max_in_flight_per_domain", "%d: want the most calls of one domain decided at once, from 1 to server.max_in_flight (%d), such as %d", e.MaxInFlightPerDomain, in, max(1, in/DomainShare))
+	if in := v.c.Server.MaxInFlight; e.MaxInFlightPerDomain < 0 || (in >= 1 && e.MaxInFlightPerDomain > in) {
+		v.fail("envoy_rls.max_in_flight_per_domain", "%d: want the most calls of one domain decided at once, up to server.max_in_flight (%d), such as 64; 0: 16 per CPU", e.MaxInFlightPerDomain, in)
+	}
+	if e.DomainWait < 0 || e.DomainWait > time.Minute {
+		v.fail("envoy_rls.domain_wait", "%v: want how long a call may wait for one of its domain's max_in_flight_per_domain, up to 1m, such as 100ms", e.DomainWait)
 	}
 	if e.MaxDescriptors < 1 || e.MaxDescriptors > maxRLSCallBound {
 		v.fail("envoy_rls.max_descriptors", "%d: want the most descriptors of one call, from 1 to %d, such as %d", e.MaxDescriptors, maxRLSCallBound, DefaultRLSMaxDescriptors)

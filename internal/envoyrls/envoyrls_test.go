@@ -41,6 +41,13 @@ type served struct {
 // ports) and the descriptor files given by name, until the test ends.
 func serve(t testing.TB, extra string, files map[string]string) *served {
 	t.Helper()
+	return serveRLS(t, "", extra, files)
+}
+
+// serveRLS is serve with rls added to the envoy_rls section, such as
+// "max_in_flight_per_domain: 8".
+func serveRLS(t testing.TB, rls, extra string, files map[string]string) *served {
+	t.Helper()
 	dir := t.TempDir()
 	rdir := filepath.Join(dir, "ratelimit")
 	if err := os.Mkdir(rdir, 0o755); err != nil {
@@ -52,7 +59,7 @@ func serve(t testing.TB, extra string, files map[string]string) *served {
 		}
 	}
 	yaml := "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\n" +
-		"envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n" + extra
+		"envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit" + strings.TrimSuffix(", "+rls, ", ") + "}\n" + extra
 	path := filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

@@ -29,9 +29,9 @@ import (
 //   - a stream whose message has not arrived by then is cut
 //     (DEADLINE_EXCEEDED);
 //   - bound, once the message is read, refuses a call beyond
-//     MaxDescriptors or MaxEntries (INVALID_ARGUMENT) or beyond its
-//     domain's MaxInFlightPerDomain (RESOURCE_EXHAUSTED), before it
-//     reaches the store.
+//     MaxDescriptors or MaxEntries (INVALID_ARGUMENT), and lets it wait
+//     up to DomainWait for one of its domain's MaxInFlightPerDomain
+//     slots (RESOURCE_EXHAUSTED after), before it reaches the store.
 
 // stream is what the guard keeps of one open stream.
 type stream struct {
@@ -219,40 +219,72 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d (envoy_rls.max_entries)", n, s.opts.MaxEntries)
 		}
 	}
-	domain := r.GetDomain()
-	if !s.domains.acquire(domain) {
+	name := r.GetDomain()
+	dm := s.domains.acquire(ctx, name)
+	if dm == nil {
 		s.opts.Rejected("in_flight_per_domain")
-		return nil, status.Errorf(codes.ResourceExhausted, "sluice is deciding as many calls of domain %q as it may at once (envoy_rls.max_in_flight_per_domain %d); retry shortly", domain, s.opts.MaxInFlightPerDomain)
+		return nil, status.Errorf(codes.ResourceExhausted, "sluice is deciding as many calls of domain %q as it may at once (envoy_rls.max_in_flight_per_domain %d) and none ended within %v; retry shortly", name, s.opts.MaxInFlightPerDomain, s.opts.DomainWait)
 	}
-	defer s.domains.release(domain)
+	defer s.domains.release(name, dm)
 	return handler(ctx, req)
 }
 
-// domainCount counts the calls of each domain being decided. It holds
-// only the domains with calls in flight, so that domains a client makes
-// up cost nothing once their calls end.
-type domainCount struct {
-	max int
-	mu  sync.Mutex
-	n   map[string]int
+// domainSlots lets MaxInFlightPerDomain calls of each domain be decided
+// at once; a call beyond waits for a slot, in order, for up to
+// DomainWait. A flood of one domain thus holds its own slots and waits
+// parked, taking neither the CPU nor the store from the other domains,
+// and is refused when the wait would be longer than Envoy waits for an
+// answer. It holds only the domains with calls in flight, so that
+// domains a client makes up cost nothing once their calls end.
+type domainSlots struct {
+	max  int
+	wait time.Duration
+	mu   sync.Mutex
+	n    map[string]*domain
 }
 
-func (d *domainCount) acquire(domain string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.n[domain] >= d.max {
-		return false
-	}
-	d.n[domain]++
-	return true
+type domain struct {
+	slots chan struct{}
+	users int // calls holding or waiting for a slot, under domainSlots.mu
 }
 
-func (d *domainCount) release(domain string) {
+// acquire returns the domain's slot to release, or nil when none came
+// within the wait or before ctx ended.
+func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
+	d.mu.Lock()
+	dm := d.n[name]
+	if dm == nil {
+		dm = &domain{slots: make(chan struct{}, d.max)}
+		d.n[name] = dm
+	}
+	dm.users++
+	d.mu.Unlock()
+	select {
+	case dm.slots <- struct{}{}:
+		return dm
+	default:
+	}
+	t := time.NewTimer(d.wait)
+	defer t.Stop()
+	select {
+	case dm.slots <- struct{}{}:
+		return dm
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	d.leave(name, dm)
+	return nil
+}
+
+func (d *domainSlots) release(name string, dm *domain) {
+	<-dm.slots
+	d.leave(name, dm)
+}
+
+func (d *domainSlots) leave(name string, dm *domain) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.n[domain] <= 1 {
-		delete(d.n, domain)
-		return
+	if dm.users--; dm.users == 0 {
+		delete(d.n, name)
 	}
-	d.n[domain]--
 }

@@ -42,9 +42,13 @@ type Options struct {
 	// DEADLINE_EXCEEDED. Default 2s.
 	FirstMessageTimeout time.Duration
 	// MaxInFlightPerDomain bounds the calls of one domain decided at
-	// once; beyond it a call gets RESOURCE_EXHAUSTED. Default a quarter
-	// of MaxInFlight.
+	// once; a call beyond it waits for a slot up to DomainWait, then gets
+	// RESOURCE_EXHAUSTED. Default StreamWorkersPerCPU × GOMAXPROCS, at
+	// most MaxInFlight.
 	MaxInFlightPerDomain int
+	// DomainWait bounds a call's wait for its domain's slot; default
+	// 100ms.
+	DomainWait time.Duration
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; beyond them a call gets INVALID_ARGUMENT.
 	// Defaults 64 and 32.
@@ -91,7 +95,7 @@ type Server struct {
 	opts     Options
 	inFlight atomic.Int64 // streams open, from their headers; health checks aside
 	perIP    *connlimit.Counter
-	domains  domainCount
+	domains  domainSlots
 }
 
 // ServiceName is the full name of Envoy's rate limit service, as the
@@ -129,7 +133,7 @@ func New(source Source, opts Options) *Server {
 	}
 	opts.defaultBounds()
 	s := &Server{opts: opts, health: health.NewServer(), perIP: connlimit.NewCounter(opts.MaxStreamsPerIP, opts.IPv6Prefix),
-		domains: domainCount{max: opts.MaxInFlightPerDomain, n: make(map[string]int)}}
+		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, n: make(map[string]*domain)}}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, 1<<20))),
@@ -161,9 +165,12 @@ func (o *Options) defaultBounds() {
 	def(&o.MaxStreamsPerConnection, 100)
 	def(&o.MaxStreamsPerIP, 1024)
 	def(&o.IPv6Prefix, 64)
-	def(&o.MaxInFlightPerDomain, max(1, o.MaxInFlight/4))
+	def(&o.MaxInFlightPerDomain, min(o.MaxInFlight, StreamWorkersPerCPU*runtime.GOMAXPROCS(0)))
 	def(&o.MaxDescriptors, 64)
 	def(&o.MaxEntries, 32)
+	if o.DomainWait <= 0 {
+		o.DomainWait = 100 * time.Millisecond
+	}
 	if o.FirstMessageTimeout <= 0 {
 		o.FirstMessageTimeout = 2 * time.Second
 	}

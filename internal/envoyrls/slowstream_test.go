@@ -279,6 +279,12 @@ func TestSilentStreamsAreBoundedAndCut(t *testing.T) {
 	if m := peakM.Load() - min(peakM.Load(), baseM); m > uint64(perIP)*64<<10+64<<20 {
 		t.Errorf("heap and stacks rose by %d MB under the attack; want at most %d MB", m>>20, (uint64(perIP)*64<<10+64<<20)>>20)
 	}
+	if n := s.rejections(t, "first_message_timeout"); n != held {
+		t.Errorf("rejections first_message_timeout: %d; %d streams were cut", n, held)
+	}
+	if n := s.rejections(t, "streams_per_ip"); n != refusedIP {
+		t.Errorf("rejections streams_per_ip: %d; %d streams were refused", n, refusedIP)
+	}
 	// Once cut, what the streams held is given back.
 	settle := time.Now().Add(30 * time.Second)
 	for runtime.NumGoroutine() > baseG+64 && time.Now().Before(settle) {

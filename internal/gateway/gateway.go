@@ -527,6 +527,7 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		IPv6Prefix:              cfg.IPv6Prefix,
 		FirstMessageTimeout:     cfg.EnvoyRLS.FirstMessageTimeout,
 		MaxInFlightPerDomain:    cfg.EnvoyRLS.MaxInFlightPerDomain,
+		DomainWait:              cfg.EnvoyRLS.DomainWait,
 		MaxDescriptors:          cfg.EnvoyRLS.MaxDescriptors,
 		MaxEntries:              cfg.EnvoyRLS.MaxEntries,
 		Rejected:                func(reason string) { g.rejected("envoy_rls", reason) },

@@ -1,0 +1,73 @@
+package envoyrls_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// rejections returns sluice_server_rejections_total of the envoy_rls
+// listener for reason, from the admin listener's /metrics.
+func (s *served) rejections(t testing.TB, reason string) int {
+	t.Helper()
+	_, admin := s.g.Addrs()
+	resp, err := http.Get("http://" + admin.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	series := `sluice_server_rejections_total{listener="envoy_rls",reason="` + reason + `"} `
+	_, v, found := strings.Cut(string(metrics), series)
+	if !found {
+		return 0
+	}
+	v, _, _ = strings.Cut(v, "\n")
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s%q", series, v)
+	}
+	return n
+}
+
+// envoy_rls.max_descriptors and max_entries: a call beyond either gets
+// INVALID_ARGUMENT naming the option, and is counted; a call at both
+// bounds is decided.
+func TestCallCaps(t *testing.T) {
+	s := serveRLS(t, "max_descriptors: 2, max_entries: 3", "", map[string]string{"flood.yaml": floodDomain})
+	call := func(descs ...*ratelimitv3.RateLimitDescriptor) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "flood", Descriptors: descs})
+		return err
+	}
+	three := desc("tenant", "a", "b", "c", "d", "e")
+	if err := call(three, three); err != nil {
+		t.Fatalf("2 descriptors of 3 entries: %v", err)
+	}
+	for _, tc := range []struct {
+		descs  []*ratelimitv3.RateLimitDescriptor
+		want   string
+		reason string
+	}{
+		{[]*ratelimitv3.RateLimitDescriptor{three, three, three}, "3 descriptors; want at most 2 (envoy_rls.max_descriptors)", "descriptors"},
+		{[]*ratelimitv3.RateLimitDescriptor{three, desc("tenant", "a", "b", "c", "d", "e", "f", "g")}, "a descriptor of 4 entries; want at most 3 (envoy_rls.max_entries)", "entries"},
+	} {
+		err := call(tc.descs...)
+		if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tc.want {
+			t.Errorf("%v; want INVALID_ARGUMENT %q", err, tc.want)
+		}
+		if n := s.rejections(t, tc.reason); n != 1 {
+			t.Errorf("rejections %s: %d, want 1", tc.reason, n)
+		}
+	}
+}
