@@ -37,8 +37,9 @@ import (
 type stream struct {
 	s        *Server
 	ip       netip.Addr
-	ipHeld   bool // counted in perIP
-	inFlight bool // counted in inFlight (health checks are not)
+	ipHeld   bool       // counted in perIP
+	inFlight bool       // counted in inFlight (health checks are not)
+	init     sync.Mutex // held while timer and stop are set; the callbacks may run before
 	timer    *time.Timer
 	cancel   context.CancelCauseFunc
 	stop     func() bool  // stops the release at the context's end
@@ -88,6 +89,8 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		st.inFlight = true
 	}
 	ctx, st.cancel = context.WithCancelCause(ctx)
+	st.init.Lock()
+	defer st.init.Unlock()
 	st.timer = time.AfterFunc(s.opts.FirstMessageTimeout, st.expire)
 	// The handler releases the stream when it returns (ended); this is for
 	// a stream that no handler of ours reads (an unknown method).
@@ -100,6 +103,7 @@ var errInFlight = status.Error(codes.Unavailable, "sluice is serving as many cal
 // expire cuts the stream if its message has not arrived.
 func (st *stream) expire() {
 	if st.state.CompareAndSwap(waiting, cut) {
+		st.stopRelease() // released below, not by a goroutine of its own
 		st.s.opts.Rejected("first_message_timeout")
 		if w, ok := st.writer.Load().(statusWriter); ok {
 			st.writeCut(w)
@@ -113,16 +117,28 @@ func (st *stream) writeCut(w statusWriter) {
 	_ = w.WriteStatus(status.Newf(codes.DeadlineExceeded, "sluice: no request message within %v of the call's headers (envoy_rls.first_message_timeout); the stream is closed", st.s.opts.FirstMessageTimeout))
 }
 
+func (st *stream) stopRelease() {
+	st.init.Lock()
+	defer st.init.Unlock()
+	st.stop()
+}
+
+func (st *stream) stopTimer() {
+	st.init.Lock()
+	defer st.init.Unlock()
+	st.timer.Stop()
+}
+
 // ended releases the stream once its handler returned or it was cut.
 func (st *stream) ended() {
-	st.stop()
+	st.stopRelease()
 	st.release()
 }
 
 // release gives back what the stream held, once.
 func (st *stream) release() {
 	st.once.Do(func() {
-		st.timer.Stop()
+		st.stopTimer()
 		if st.inFlight {
 			st.s.inFlight.Add(-1)
 		}
@@ -154,7 +170,7 @@ func reading(ctx context.Context) {
 // received records that the stream's message was read, when err is nil.
 func received(ctx context.Context, err error) error {
 	if st, _ := ctx.Value(streamKey{}).(*stream); st != nil && err == nil && st.state.CompareAndSwap(waiting, arrived) {
-		st.timer.Stop()
+		st.stopTimer()
 	}
 	return err
 }
