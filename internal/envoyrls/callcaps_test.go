@@ -13,6 +13,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // rejections returns sluice_server_rejections_total of the envoy_rls
@@ -68,6 +70,55 @@ func TestCallCaps(t *testing.T) {
 		}
 		if n := s.rejections(t, tc.reason); n != 1 {
 			t.Errorf("rejections %s: %d, want 1", tc.reason, n)
+		}
+	}
+}
+
+// envoy_rls.max_in_flight_per_domain: while Redis is paused, two calls of
+// domain a hold both of a's slots, waiting for the store (timeout 5s); a
+// third call of a is refused with RESOURCE_EXHAUSTED once domain_wait
+// (50ms) passed, before the store answers the others, and a call of
+// domain b, which has slots of its own, is decided (on_error: open).
+// Before the bound the third call waited for the store like the others.
+func TestDomainSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serveRLS(t, "max_in_flight_per_domain: 2, domain_wait: 50ms",
+		"store: {type: redis, on_error: open, redis: {url: \""+srv.URL()+"\", timeout: 5s, coalesce: false}}\n",
+		map[string]string{"a.yaml": "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n",
+			"b.yaml": "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"})
+	call := func(domain, user string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", user)}})
+		return err
+	}
+	if err := call("a", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	// Three calls of a at once: two take its slots and wait for the
+	// store; the third is answered first, refused.
+	results := make(chan error, 3)
+	for _, u := range []string{"u1", "u2", "u3"} {
+		go func() {
+			err := call("a", u)
+			results <- err
+		}()
+	}
+	if err := <-results; status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the first of 3 calls of domain a (2 slots) to be answered: %v; want RESOURCE_EXHAUSTED", err)
+	}
+	if n := s.rejections(t, "in_flight_per_domain"); n != 1 {
+		t.Errorf("rejections in_flight_per_domain: %d, want 1", n)
+	}
+	if err := call("b", "u1"); err != nil {
+		t.Errorf("domain b while a's slots are held: %v; want its answer", err)
+	}
+	srv.Resume()
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Errorf("a call that held a slot: %v", err)
 		}
 	}
 }
