@@ -280,6 +280,7 @@ func (c *Config) Defaults() {
 	c.DecisionAPI.defaults()
 	c.AccessLog.defaults()
 	c.Server.defaults()
+	c.EnvoyRLS.defaults(c.Server)
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		if p.Cost == nil {

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -52,6 +53,28 @@ type EnvoyRLS struct {
 	// its runtime directory, and its HTTP endpoints are served. Never
 	// from YAML.
 	Upstream *Upstream `yaml:"-"`
+
+	// The bounds of the gRPC listener beyond the server section's
+	// (envoyrls_limits.go); zero values are the defaults.
+
+	// MaxStreamsPerConnection is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+	// of a connection; a stream beyond it is refused (REFUSED_STREAM).
+	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
+	// MaxStreamsPerIP bounds the streams one client address holds open
+	// over all its connections; RESOURCE_EXHAUSTED beyond.
+	MaxStreamsPerIP int `yaml:"max_streams_per_ip"`
+	// FirstMessageTimeout bounds the time from a stream's headers to its
+	// request message; DEADLINE_EXCEEDED beyond.
+	FirstMessageTimeout time.Duration `yaml:"first_message_timeout"`
+	// MaxInFlightPerDomain bounds the calls of one domain decided at once;
+	// a call beyond waits up to DomainWait for a slot, then gets
+	// RESOURCE_EXHAUSTED. 0 (the default): 16 per CPU.
+	MaxInFlightPerDomain int           `yaml:"max_in_flight_per_domain"`
+	DomainWait           time.Duration `yaml:"domain_wait"`
+	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
+	// entries of a descriptor; INVALID_ARGUMENT beyond.
+	MaxDescriptors int `yaml:"max_descriptors"`
+	MaxEntries     int `yaml:"max_entries"`
 
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor

@@ -113,6 +113,7 @@ func (v *validator) validate() {
 	v.allowlist()
 	v.decisionAPI()
 	v.envoyRLS()
+	v.envoyRLSLimits()
 	v.admin()
 	v.accessLog()
 	v.server()

@@ -17,16 +17,72 @@ import (
 	"sync"
 )
 
+// Counter counts what each client address holds open (connections,
+// streams) against a bound. Its zero value is not usable; see NewCounter.
+type Counter struct {
+	max      int
+	ipv6Bits int
+
+	mu   sync.Mutex
+	open map[netip.Addr]int // what each client address holds; none at 0
+}
+
+// NewCounter bounds what each client address holds to max. IPv6 addresses
+// are grouped by their first ipv6Bits bits (1 to 128).
+func NewCounter(max, ipv6Bits int) *Counter {
+	return &Counter{max: max, ipv6Bits: ipv6Bits, open: make(map[netip.Addr]int)}
+}
+
+// Acquire counts one more for the address of remote and returns the key
+// to Release it with. ok is false when the address already holds max;
+// counted is false when remote has no IP address (a Unix socket), which
+// is not counted and needs no Release.
+func (c *Counter) Acquire(remote net.Addr) (key netip.Addr, counted, ok bool) {
+	a, counted := c.client(remote)
+	if !counted {
+		return netip.Addr{}, false, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open[a] >= c.max {
+		return a, true, false
+	}
+	c.open[a]++
+	return a, true, true
+}
+
+// Release gives back one of what Acquire counted under key.
+func (c *Counter) Release(key netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open[key] <= 1 {
+		delete(c.open, key) // the map holds only the addresses with something open
+		return
+	}
+	c.open[key]--
+}
+
+// Open returns what the address of remote (its group, for IPv6) holds.
+func (c *Counter) Open(remote netip.Addr) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open[c.group(remote.Unmap())]
+}
+
+// Addresses returns the number of client addresses (groups, for IPv6)
+// holding something: what the counter keeps in memory.
+func (c *Counter) Addresses() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open)
+}
+
 // Listener is a net.Listener whose Accept closes a connection from an
 // address that already holds max open connections.
 type Listener struct {
 	net.Listener
-	max      int
-	ipv6Bits int
-	refused  func()
-
-	mu   sync.Mutex
-	open map[netip.Addr]int // open connections by client address; none at 0
+	*Counter
+	refused func()
 }
 
 // New bounds the connections of each client address on ln to max. IPv6
@@ -36,7 +92,7 @@ func New(ln net.Listener, max, ipv6Bits int, refused func()) *Listener {
 	if refused == nil {
 		refused = func() {}
 	}
-	return &Listener{Listener: ln, max: max, ipv6Bits: ipv6Bits, refused: refused, open: make(map[netip.Addr]int)}
+	return &Listener{Listener: ln, Counter: NewCounter(max, ipv6Bits), refused: refused}
 }
 
 // Accept returns the next connection from an address under its bound.
@@ -46,11 +102,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, ok := l.client(c.RemoteAddr())
-		if !ok {
+		a, counted, ok := l.Acquire(c.RemoteAddr())
+		if !counted {
 			return c, nil
 		}
-		if l.acquire(a) {
+		if ok {
 			return &conn{Conn: c, l: l, addr: a}, nil
 		}
 		l.refused() // counted before the client can see the close
@@ -58,44 +114,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// Open returns the connections open from the address of remote (its group,
-// for IPv6).
-func (l *Listener) Open(remote netip.Addr) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.open[l.group(remote.Unmap())]
-}
-
-// Addresses returns the number of client addresses (groups, for IPv6)
-// with connections open: what the listener keeps in memory.
-func (l *Listener) Addresses() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.open)
-}
-
-func (l *Listener) acquire(a netip.Addr) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[a] >= l.max {
-		return false
-	}
-	l.open[a]++
-	return true
-}
-
-func (l *Listener) release(a netip.Addr) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[a] <= 1 {
-		delete(l.open, a) // the map holds only the addresses with connections open
-		return
-	}
-	l.open[a]--
-}
-
 // client returns the address remote is counted under.
-func (l *Listener) client(remote net.Addr) (netip.Addr, bool) {
+func (c *Counter) client(remote net.Addr) (netip.Addr, bool) {
 	var a netip.Addr
 	switch r := remote.(type) {
 	case *net.TCPAddr:
@@ -112,14 +132,14 @@ func (l *Listener) client(remote net.Addr) (netip.Addr, bool) {
 	if !a.IsValid() {
 		return netip.Addr{}, false
 	}
-	return l.group(a.Unmap().WithZone("")), true
+	return c.group(a.Unmap().WithZone("")), true
 }
 
 // group returns the first address of a's IPv6 prefix; IPv4 addresses stand
 // alone.
-func (l *Listener) group(a netip.Addr) netip.Addr {
-	if a.Is6() && l.ipv6Bits > 0 && l.ipv6Bits < 128 {
-		if p, err := a.Prefix(l.ipv6Bits); err == nil {
+func (c *Counter) group(a netip.Addr) netip.Addr {
+	if a.Is6() && c.ipv6Bits > 0 && c.ipv6Bits < 128 {
+		if p, err := a.Prefix(c.ipv6Bits); err == nil {
 			return p.Addr()
 		}
 	}
@@ -136,6 +156,6 @@ type conn struct {
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.addr) })
+	c.once.Do(func() { c.l.Release(c.addr) })
 	return err
 }

@@ -48,13 +48,6 @@ import (
 // from the same configuration, swapped together on reload.
 type Source func() (*config.EnvoyRLS, *httplimit.Limiter)
 
-// Bounds of one call: a real Envoy sends a few descriptors of a few
-// entries each.
-const (
-	maxDescriptors = 64
-	maxEntries     = 32
-)
-
 // service implements RateLimitServiceServer.
 type service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -83,12 +76,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
-	descs := req.GetDescriptors()
-	switch {
-	case len(descs) == 0:
+	descs := req.GetDescriptors() // at most Options.MaxDescriptors, of MaxEntries each (Server.bound)
+	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case len(descs) > maxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors; want at most %d", len(descs), maxDescriptors)
 	}
 	rls, lim := s.source()
 	top := rls.Domains()[req.GetDomain()]
@@ -99,9 +89,6 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	var replaced map[string]bool
 	for _, d := range descs {
-		if len(d.GetEntries()) > maxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d", len(d.GetEntries()), maxEntries)
-		}
 		l, key, override := match(top, d)
 		if override && l == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "a descriptor limit override of unit %v; want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", d.GetLimit().GetUnit())

@@ -38,7 +38,14 @@ type served struct {
 // ports) and the descriptor files given by name, until the test ends.
 func serve(t testing.TB, extra string, files map[string]string) *served {
 	t.Helper()
-	return serveSection(t, "envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit}\n"+extra, files)
+	return serveRLS(t, "", extra, files)
+}
+
+// serveRLS is serve with rls added to the envoy_rls section, such as
+// "max_in_flight_per_domain: 8".
+func serveRLS(t testing.TB, rls, extra string, files map[string]string) *served {
+	t.Helper()
+	return serveSection(t, "envoy_rls: {listen: 127.0.0.1:0, config_dir: ratelimit"+strings.TrimSuffix(", "+rls, ", ")+"}\n"+extra, files)
 }
 
 // serveSection is serve with the sluice.yaml extra, which has an envoy_rls

@@ -12,20 +12,48 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/connlimit"
 )
 
 // Options bounds what clients can hold of the gRPC listener, as the
 // server section bounds the HTTP listeners. Zero values are defaults.
 type Options struct {
-	// MaxInFlight bounds the calls served at once; beyond it a call gets
-	// UNAVAILABLE at once. Default 10000.
+	// MaxInFlight bounds the calls served at once, counted from their
+	// headers, so that a stream that never sends its message counts too;
+	// beyond it a call gets UNAVAILABLE at once. Default 10000.
 	MaxInFlight int
+	// MaxStreamsPerConnection is each connection's HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS. Default 100.
+	MaxStreamsPerConnection int
+	// MaxStreamsPerIP bounds the streams one client address holds open
+	// over all its connections (an IPv6 address by IPv6Prefix); beyond it
+	// a stream gets RESOURCE_EXHAUSTED. Default 1024.
+	MaxStreamsPerIP int
+	// IPv6Prefix groups IPv6 client addresses for MaxStreamsPerIP, as
+	// connlimit does; default 64.
+	IPv6Prefix int
+	// FirstMessageTimeout bounds the time from a stream's headers to its
+	// request message; beyond it the stream is cut with
+	// DEADLINE_EXCEEDED. Default 2s.
+	FirstMessageTimeout time.Duration
+	// MaxInFlightPerDomain bounds the calls of one domain decided at
+	// once; a call beyond it waits for a slot up to DomainWait, then gets
+	// RESOURCE_EXHAUSTED. Default StreamWorkersPerCPU × GOMAXPROCS, at
+	// most MaxInFlight.
+	MaxInFlightPerDomain int
+	// DomainWait bounds a call's wait for its domain's slot; default
+	// 100ms.
+	DomainWait time.Duration
+	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
+	// entries of a descriptor; beyond them a call gets INVALID_ARGUMENT.
+	// Defaults 64 and 32.
+	MaxDescriptors int
+	MaxEntries     int
 	// MaxConnections bounds the open connections; beyond it a new one is
 	// closed at once. Default 10000.
 	MaxConnections int
@@ -36,7 +64,8 @@ type Options struct {
 	// IdleTimeout closes a connection without calls; default 2m.
 	IdleTimeout time.Duration
 	// Rejected, when set, counts what the bounds refused, by reason
-	// (connections, in_flight).
+	// (connections, in_flight, streams_per_ip, first_message_timeout,
+	// in_flight_per_domain, descriptors, entries).
 	Rejected func(reason string)
 	// Logger receives the server's errors; nil means slog.Default().
 	Logger *slog.Logger
@@ -64,7 +93,9 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	opts     Options
-	inFlight atomic.Int64
+	inFlight atomic.Int64 // streams open, from their headers; health checks aside
+	perIP    *connlimit.Counter
+	domains  domainSlots
 }
 
 // ServiceName is the full name of Envoy's rate limit service, as the
@@ -100,10 +131,13 @@ func New(source Source, opts Options) *Server {
 	if opts.Rejected == nil {
 		opts.Rejected = func(string) {}
 	}
-	s := &Server{opts: opts, health: health.NewServer()}
+	opts.defaultBounds()
+	s := &Server{opts: opts, health: health.NewServer(), perIP: connlimit.NewCounter(opts.MaxStreamsPerIP, opts.IPv6Prefix),
+		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, n: make(map[string]*domain)}}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
-		grpc.MaxConcurrentStreams(uint32(min(opts.MaxInFlight, 1<<20))),
+		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, 1<<20))),
+		grpc.InTapHandle(s.tap),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -114,26 +148,33 @@ func New(source Source, opts Options) *Server {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	s.grpc = grpc.NewServer(serverOpts...)
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, &service{source: source, log: opts.Logger, now: opts.Now})
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.grpc.RegisterService(s.guarded(&rlsv3.RateLimitService_ServiceDesc), &service{source: source, log: opts.Logger, now: opts.Now})
+	s.grpc.RegisterService(s.guarded(&healthpb.Health_ServiceDesc), s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(UpstreamServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 
-// bound refuses a call beyond MaxInFlight; health checks always pass.
-func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if _, ok := info.Server.(*health.Server); ok {
-		return handler(ctx, req)
+// defaultBounds fills the zero bounds of streams and calls.
+func (o *Options) defaultBounds() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
 	}
-	if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
-		s.inFlight.Add(-1)
-		s.opts.Rejected("in_flight")
-		return nil, status.Error(codes.Unavailable, "sluice is serving as many calls as it may at once; retry shortly")
+	def(&o.MaxStreamsPerConnection, 100)
+	def(&o.MaxStreamsPerIP, 1024)
+	def(&o.IPv6Prefix, 64)
+	def(&o.MaxInFlightPerDomain, min(o.MaxInFlight, StreamWorkersPerCPU*runtime.GOMAXPROCS(0)))
+	def(&o.MaxDescriptors, 64)
+	def(&o.MaxEntries, 32)
+	if o.DomainWait <= 0 {
+		o.DomainWait = 100 * time.Millisecond
 	}
-	defer s.inFlight.Add(-1)
-	return handler(ctx, req)
+	if o.FirstMessageTimeout <= 0 {
+		o.FirstMessageTimeout = 2 * time.Second
+	}
 }
 
 // Serve serves on ln until Stop.

@@ -519,9 +519,18 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		MaxMessageBytes:  cfg.Server.MaxHeaderBytes,
 		HandshakeTimeout: cfg.Server.ReadHeaderTimeout,
 		IdleTimeout:      cfg.Server.IdleTimeout,
-		Rejected:         func(reason string) { g.rejected("envoy_rls", reason) },
-		Logger:           g.log,
-		TLS:              g.TLS(config.ListenerEnvoyRLS),
+		// envoy_rls's own bounds (docs/envoy.md, "Bounds of the listener").
+		MaxStreamsPerConnection: cfg.EnvoyRLS.MaxStreamsPerConnection,
+		MaxStreamsPerIP:         cfg.EnvoyRLS.MaxStreamsPerIP,
+		IPv6Prefix:              cfg.IPv6Prefix,
+		FirstMessageTimeout:     cfg.EnvoyRLS.FirstMessageTimeout,
+		MaxInFlightPerDomain:    cfg.EnvoyRLS.MaxInFlightPerDomain,
+		DomainWait:              cfg.EnvoyRLS.DomainWait,
+		MaxDescriptors:          cfg.EnvoyRLS.MaxDescriptors,
+		MaxEntries:              cfg.EnvoyRLS.MaxEntries,
+		Rejected:                func(reason string) { g.rejected("envoy_rls", reason) },
+		Logger:                  g.log,
+		TLS:                     g.TLS(config.ListenerEnvoyRLS),
 	})
 	g.setRLS(rls)
 	go func() { errc <- rls.Serve(g.perAddress(g.rlsLn, cfg, "envoy_rls")) }()

@@ -1,0 +1,306 @@
+package envoyrls
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// The listener's bounds on streams, in the order a stream meets them:
+//
+//   - gRPC's transport refuses a stream beyond MaxStreamsPerConnection
+//     (HTTP/2 REFUSED_STREAM; Envoy, told the number in SETTINGS, opens
+//     another connection instead);
+//   - tap, run by the transport as it reads the stream's headers and
+//     before gRPC spends a goroutine on it, refuses a stream beyond
+//     MaxStreamsPerIP (RESOURCE_EXHAUSTED) or MaxInFlight (UNAVAILABLE),
+//     counting a stream from its headers, so that streams that never send
+//     their message count too, and starts the FirstMessageTimeout;
+//   - a stream whose message has not arrived by then is cut
+//     (DEADLINE_EXCEEDED);
+//   - bound, once the message is read, refuses a call beyond
+//     MaxDescriptors or MaxEntries (INVALID_ARGUMENT), and lets it wait
+//     up to DomainWait for one of its domain's MaxInFlightPerDomain
+//     slots (RESOURCE_EXHAUSTED after), before it reaches the store.
+
+// stream is what the guard keeps of one open stream.
+type stream struct {
+	s        *Server
+	ip       netip.Addr
+	ipHeld   bool       // counted in perIP
+	inFlight bool       // counted in inFlight (health checks are not)
+	init     sync.Mutex // held while timer and stop are set; the callbacks may run before
+	timer    *time.Timer
+	cancel   context.CancelCauseFunc
+	stop     func() bool  // stops the release at the context's end
+	state    atomic.Int32 // waiting, arrived or cut
+	once     sync.Once
+	// writer writes the stream's status, once a goroutine reads the
+	// stream (gRPC's transport stream; see reading).
+	writer atomic.Value // statusWriter
+}
+
+// statusWriter is what gRPC's transport stream offers to end a stream
+// with a status. A read that fails writes its own status (context
+// canceled) before the handler can say why, so a cut stream is ended
+// with its status first, and its context cancelled after.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
+}
+
+const (
+	waiting int32 = iota
+	arrived
+	cut
+)
+
+type streamKey struct{}
+
+// tap admits a new stream, or refuses it before gRPC starts a goroutine
+// for it. It runs on the connection's reader with the transport's lock
+// held: nothing in it blocks.
+func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	st := &stream{s: s}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		key, counted, ok := s.perIP.Acquire(p.Addr)
+		if !ok {
+			s.opts.Rejected("streams_per_ip")
+			return nil, status.Errorf(codes.ResourceExhausted, "sluice: this client address holds %d streams open, the most envoy_rls.max_streams_per_ip allows; retry when some end", s.opts.MaxStreamsPerIP)
+		}
+		st.ip, st.ipHeld = key, counted
+	}
+	if !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") { // health checks always pass
+		if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
+			s.inFlight.Add(-1)
+			st.releaseIP()
+			s.opts.Rejected("in_flight")
+			return nil, errInFlight
+		}
+		st.inFlight = true
+	}
+	ctx, st.cancel = context.WithCancelCause(ctx)
+	st.init.Lock()
+	defer st.init.Unlock()
+	st.timer = time.AfterFunc(s.opts.FirstMessageTimeout, st.expire)
+	// The handler releases the stream when it returns (ended); this is for
+	// a stream that no handler of ours reads (an unknown method).
+	st.stop = context.AfterFunc(ctx, st.release)
+	return context.WithValue(ctx, streamKey{}, st), nil
+}
+
+var errInFlight = status.Error(codes.Unavailable, "sluice is serving as many calls as it may at once; retry shortly")
+
+// expire cuts the stream if its message has not arrived.
+func (st *stream) expire() {
+	if st.state.CompareAndSwap(waiting, cut) {
+		st.stopRelease() // released below, not by a goroutine of its own
+		st.s.opts.Rejected("first_message_timeout")
+		if w, ok := st.writer.Load().(statusWriter); ok {
+			st.writeCut(w)
+		}
+		st.cancel(context.DeadlineExceeded)
+		st.ended()
+	}
+}
+
+func (st *stream) writeCut(w statusWriter) {
+	_ = w.WriteStatus(status.Newf(codes.DeadlineExceeded, "sluice: no request message within %v of the call's headers (envoy_rls.first_message_timeout); the stream is closed", st.s.opts.FirstMessageTimeout))
+}
+
+func (st *stream) stopRelease() {
+	st.init.Lock()
+	defer st.init.Unlock()
+	st.stop()
+}
+
+func (st *stream) stopTimer() {
+	st.init.Lock()
+	defer st.init.Unlock()
+	st.timer.Stop()
+}
+
+// ended releases the stream once its handler returned or it was cut.
+func (st *stream) ended() {
+	st.stopRelease()
+	st.release()
+}
+
+// release gives back what the stream held, once.
+func (st *stream) release() {
+	st.once.Do(func() {
+		st.stopTimer()
+		if st.inFlight {
+			st.s.inFlight.Add(-1)
+		}
+		st.releaseIP()
+	})
+}
+
+func (st *stream) releaseIP() {
+	if st.ipHeld {
+		st.s.perIP.Release(st.ip)
+	}
+}
+
+// reading is called before a handler reads the stream's message: the
+// stream can now be ended with a status of sluice's.
+func reading(ctx context.Context) {
+	st, _ := ctx.Value(streamKey{}).(*stream)
+	if st == nil || st.state.Load() == arrived {
+		return
+	}
+	if w, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter); ok {
+		st.writer.Store(w)
+		if st.state.Load() == cut { // before this handler ran; the second write of a status is a no-op
+			st.writeCut(w)
+		}
+	}
+}
+
+// received records that the stream's message was read, when err is nil.
+func received(ctx context.Context, err error) error {
+	if st, _ := ctx.Value(streamKey{}).(*stream); st != nil && err == nil && st.state.CompareAndSwap(waiting, arrived) {
+		st.stopTimer()
+	}
+	return err
+}
+
+// guarded returns sd with every method's first message read through
+// reading and received.
+func (s *Server) guarded(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
+	out := *sd
+	out.Methods = make([]grpc.MethodDesc, len(sd.Methods))
+	for i, m := range sd.Methods {
+		h := m.Handler
+		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			if st, _ := ctx.Value(streamKey{}).(*stream); st != nil {
+				defer st.ended()
+			}
+			return h(srv, ctx, func(v any) error {
+				reading(ctx)
+				return received(ctx, dec(v))
+			}, ic)
+		}
+		out.Methods[i] = m
+	}
+	out.Streams = make([]grpc.StreamDesc, len(sd.Streams))
+	for i, d := range sd.Streams {
+		h := d.Handler
+		d.Handler = func(srv any, ss grpc.ServerStream) error {
+			if st, _ := ss.Context().Value(streamKey{}).(*stream); st != nil {
+				defer st.ended()
+			}
+			return h(srv, &guardedStream{ServerStream: ss})
+		}
+		out.Streams[i] = d
+	}
+	return &out
+}
+
+// guardedStream reads a streaming call's messages through received.
+type guardedStream struct {
+	grpc.ServerStream
+}
+
+func (g *guardedStream) RecvMsg(m any) error {
+	reading(g.Context())
+	return received(g.Context(), g.ServerStream.RecvMsg(m))
+}
+
+// bound refuses a call, once its message is read, beyond the bounds of a
+// call and of its domain; health checks always pass.
+func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	r, ok := req.(*rlsv3.RateLimitRequest)
+	if !ok {
+		return handler(ctx, req)
+	}
+	descs := r.GetDescriptors()
+	if len(descs) > s.opts.MaxDescriptors {
+		s.opts.Rejected("descriptors")
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors; want at most %d (envoy_rls.max_descriptors)", len(descs), s.opts.MaxDescriptors)
+	}
+	for _, d := range descs {
+		if n := len(d.GetEntries()); n > s.opts.MaxEntries {
+			s.opts.Rejected("entries")
+			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d (envoy_rls.max_entries)", n, s.opts.MaxEntries)
+		}
+	}
+	name := r.GetDomain()
+	dm := s.domains.acquire(ctx, name)
+	if dm == nil {
+		s.opts.Rejected("in_flight_per_domain")
+		return nil, status.Errorf(codes.ResourceExhausted, "sluice is deciding as many calls of domain %q as it may at once (envoy_rls.max_in_flight_per_domain %d) and none ended within %v; retry shortly", name, s.opts.MaxInFlightPerDomain, s.opts.DomainWait)
+	}
+	defer s.domains.release(name, dm)
+	return handler(ctx, req)
+}
+
+// domainSlots lets MaxInFlightPerDomain calls of each domain be decided
+// at once; a call beyond waits for a slot, in order, for up to
+// DomainWait. A flood of one domain thus holds its own slots and waits
+// parked, taking neither the CPU nor the store from the other domains,
+// and is refused when the wait would be longer than Envoy waits for an
+// answer. It holds only the domains with calls in flight, so that
+// domains a client makes up cost nothing once their calls end.
+type domainSlots struct {
+	max  int
+	wait time.Duration
+	mu   sync.Mutex
+	n    map[string]*domain
+}
+
+type domain struct {
+	slots chan struct{}
+	users int // calls holding or waiting for a slot, under domainSlots.mu
+}
+
+// acquire returns the domain's slot to release, or nil when none came
+// within the wait or before ctx ended.
+func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
+	d.mu.Lock()
+	dm := d.n[name]
+	if dm == nil {
+		dm = &domain{slots: make(chan struct{}, d.max)}
+		d.n[name] = dm
+	}
+	dm.users++
+	d.mu.Unlock()
+	select {
+	case dm.slots <- struct{}{}:
+		return dm
+	default:
+	}
+	t := time.NewTimer(d.wait)
+	defer t.Stop()
+	select {
+	case dm.slots <- struct{}{}:
+		return dm
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	d.leave(name, dm)
+	return nil
+}
+
+func (d *domainSlots) release(name string, dm *domain) {
+	<-dm.slots
+	d.leave(name, dm)
+}
+
+func (d *domainSlots) leave(name string, dm *domain) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dm.users--; dm.users == 0 {
+		delete(d.n, name)
+	}
+}
