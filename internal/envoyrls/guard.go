@@ -224,16 +224,9 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if !ok {
 		return handler(ctx, req)
 	}
-	descs := r.GetDescriptors()
-	if len(descs) > s.opts.MaxDescriptors {
-		s.opts.Rejected("descriptors")
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors; want at most %d (envoy_rls.max_descriptors)", len(descs), s.opts.MaxDescriptors)
-	}
-	for _, d := range descs {
-		if n := len(d.GetEntries()); n > s.opts.MaxEntries {
-			s.opts.Rejected("entries")
-			return nil, status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d (envoy_rls.max_entries)", n, s.opts.MaxEntries)
-		}
+	if reason, err := overCaps(r, s.opts.MaxDescriptors, s.opts.MaxEntries); err != nil {
+		s.opts.Rejected(reason)
+		return nil, err
 	}
 	name := r.GetDomain()
 	dm := s.domains.acquire(ctx, name)
@@ -303,4 +296,20 @@ func (d *domainSlots) leave(name string, dm *domain) {
 	if dm.users--; dm.users == 0 {
 		delete(d.n, name)
 	}
+}
+
+// overCaps says whether r has more than maxDescriptors descriptors or a
+// descriptor of more than maxEntries entries: the rejection's reason and
+// an INVALID_ARGUMENT naming the option, or nil.
+func overCaps(r *rlsv3.RateLimitRequest, maxDescriptors, maxEntries int) (reason string, err error) {
+	descs := r.GetDescriptors()
+	if len(descs) > maxDescriptors {
+		return "descriptors", status.Errorf(codes.InvalidArgument, "%d descriptors; want at most %d (envoy_rls.max_descriptors)", len(descs), maxDescriptors)
+	}
+	for _, d := range descs {
+		if n := len(d.GetEntries()); n > maxEntries {
+			return "entries", status.Errorf(codes.InvalidArgument, "a descriptor of %d entries; want at most %d (envoy_rls.max_entries)", n, maxEntries)
+		}
+	}
+	return "", nil
 }

@@ -35,7 +35,8 @@ const maxJSONBytes = 64 << 10
 // JSONHandler serves envoyproxy/ratelimit's POST /json: a
 // RateLimitRequest in protobuf's JSON form, decided as the gRPC service
 // decides it, answered in the same form: 200 (OK), 429 (OVER_LIMIT), 400
-// for a request that does not read or that the service refuses.
+// for a request that does not read, that is over the listener's caps
+// (envoy_rls.max_descriptors, max_entries) or that the service refuses.
 func JSONHandler(source Source, log *slog.Logger) http.Handler {
 	svc := &service{source: source, log: log, now: time.Now}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +44,14 @@ func JSONHandler(source Source, log *slog.Logger) http.Handler {
 		var req rlsv3.RateLimitRequest
 		if err == nil {
 			err = protojson.Unmarshal(body, &req)
+		}
+		if e, _ := source(); err == nil && e != nil {
+			// The gRPC listener's caps hold here too (its guard).
+			maxD, maxE := e.MaxDescriptors, e.MaxEntries
+			if maxD <= 0 || maxE <= 0 { // a configuration that did not go through validation
+				maxD, maxE = config.DefaultRLSMaxDescriptors, config.DefaultRLSMaxEntries
+			}
+			_, err = overCaps(&req, maxD, maxE)
 		}
 		var resp *rlsv3.RateLimitResponse
 		if err == nil {
