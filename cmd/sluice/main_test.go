@@ -171,37 +171,11 @@ func (s *server) terminate(t *testing.T) int {
 
 func startServe(t *testing.T, configPath string) *server {
 	t.Helper()
-	s := &server{cmd: exec.Command(binary, "serve", "--config", configPath), exited: make(chan struct{})}
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	addrs := make(chan [3]string, 1)
 	re := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+) decision_listen=(\S+)`)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.log.WriteString(line + "\n")
-			s.mu.Unlock()
-			if m := re.FindStringSubmatch(line); m != nil {
-				addrs <- [3]string{m[1], m[2], m[3]}
-			}
-		}
-		_ = s.cmd.Wait()
-		s.exitCode = s.cmd.ProcessState.ExitCode()
-		close(s.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default:
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+	s := launch(t, exec.Command(binary, "serve", "--config", configPath), func(line string) {
+		if m := re.FindStringSubmatch(line); m != nil {
+			addrs <- [3]string{m[1], m[2], m[3]}
 		}
 	})
 	select {
@@ -511,4 +485,41 @@ func TestServeDecisionToken(t *testing.T) {
 	if resp, body := send(t, "POST", s.traffic+"/v1/check", body, "Content-Type", "application/json"); resp.StatusCode != 404 || !strings.Contains(body, "no upstream") {
 		t.Fatalf("traffic /v1/check without an upstream: %d %s", resp.StatusCode, body)
 	}
+}
+
+// launch starts cmd, keeps its standard error as the server's log, hands
+// every line of it to onLine (from another goroutine), and kills the
+// process when the test ends if it is still running.
+func launch(t *testing.T, cmd *exec.Cmd, onLine func(line string)) *server {
+	t.Helper()
+	s := &server{cmd: cmd, exited: make(chan struct{})}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.log.WriteString(line + "\n")
+			s.mu.Unlock()
+			onLine(line)
+		}
+		_ = s.cmd.Wait()
+		s.exitCode = s.cmd.ProcessState.ExitCode()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	})
+	return s
 }

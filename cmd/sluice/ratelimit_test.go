@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -38,41 +37,16 @@ type dropIn struct {
 // ports 0, read back from its log) and stops it when the test ends.
 func startRatelimit(t *testing.T, environ []string) *dropIn {
 	t.Helper()
-	s := &server{cmd: exec.Command(binary, "ratelimit"), exited: make(chan struct{})}
-	s.cmd.Env = append(environ, "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0")
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := exec.Command(binary, "ratelimit")
+	cmd.Env = append(environ, "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0")
 	serving := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+)`)
 	rls := regexp.MustCompile(`envoy_rls_listen=(\S+)`)
 	addrs := make(chan []string, 2)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.log.WriteString(line + "\n")
-			s.mu.Unlock()
-			if m := serving.FindStringSubmatch(line); m != nil {
-				addrs <- m[1:]
-			} else if m := rls.FindStringSubmatch(line); m != nil {
-				addrs <- m[1:]
-			}
-		}
-		_ = s.cmd.Wait()
-		s.exitCode = s.cmd.ProcessState.ExitCode()
-		close(s.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default:
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+	s := launch(t, cmd, func(line string) {
+		if m := serving.FindStringSubmatch(line); m != nil {
+			addrs <- m[1:]
+		} else if m := rls.FindStringSubmatch(line); m != nil {
+			addrs <- m[1:]
 		}
 	})
 	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs}
