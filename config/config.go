@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
 )
 
 // Config is one gateway configuration. Load fills it from a file and
@@ -180,6 +182,8 @@ type Policy struct {
 	Overrides     []Override    `yaml:"overrides"`
 	Key           Key           `yaml:"key"`   // global, or attributes such as [{header: X-Tenant}] (key.go)
 	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
+
+	parsed policyRules // its rules, parsed by Load (validate.go)
 }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst;
@@ -194,6 +198,8 @@ type Rule struct {
 type Override struct {
 	Identity      string `yaml:"identity"`
 	Authenticated []Rule `yaml:"authenticated"`
+
+	parsed []sluice.Rule // Authenticated, parsed by Load (validate.go)
 }
 
 // Load reads, defaults and validates the file at path. Relative key file

@@ -36,8 +36,16 @@ type keyMaterial struct {
 	apiKeys   map[[32]byte]httplimit.Caller // SHA-256 of a key -> the caller it stands for
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
-	rules     map[string][]sluice.Rule // parsed rules by field path
-	quotaZone *time.Location           // quota_time_zone, loaded
+	quotaZone *time.Location // quota_time_zone, loaded
+}
+
+// policyRules are a policy's rules as Load parsed them, held on the policy
+// itself so that nothing looks them up again by their YAML path. A list is
+// nil when it is invalid (Load failed then), empty when none is written.
+type policyRules struct {
+	anonymous     []sluice.Rule
+	authenticated []sluice.Rule
+	plans         map[string][]sluice.Rule // by plan name
 }
 
 type validator struct {
@@ -79,7 +87,6 @@ func (v *validator) has(path string) bool {
 
 func (v *validator) validate() {
 	c := v.c
-	c.keys.rules = make(map[string][]sluice.Rule)
 	v.hostPort("listen", c.Listen)
 	v.hostPort("admin_listen", c.AdminListen)
 	if c.Upstream != "" {
@@ -400,8 +407,8 @@ func (v *validator) policies() {
 		if len(p.Anonymous) == 0 && len(p.Authenticated) == 0 {
 			v.fail(at, "no rules; want anonymous: and/or authenticated: lists such as [{rate: 10/s, burst: 20}] (plans: apply only to callers whose plan they name)")
 		}
-		v.rules(at+".anonymous", p.Anonymous, cost)
-		v.rules(at+".authenticated", p.Authenticated, cost)
+		p.parsed.anonymous = v.rules(at+".anonymous", p.Anonymous, cost)
+		p.parsed.authenticated = v.rules(at+".authenticated", p.Authenticated, cost)
 		v.maxDelay(at+".max_delay", p.MaxDelay)
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
 		v.onError(at+".on_error", p.OnError)
@@ -414,7 +421,8 @@ func (v *validator) policies() {
 		v.key(at, p)
 		v.quotaAlgorithm(at, p)
 		seen := make(map[string]int)
-		for j, o := range p.Overrides {
+		for j := range p.Overrides {
+			o := &p.Overrides[j]
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)
 			if o.Identity == "" {
 				v.fail(op+".identity", "missing; want the authenticated identity (JWT sub, or the name of an API key) it applies to")
@@ -425,7 +433,7 @@ func (v *validator) policies() {
 			if len(o.Authenticated) == 0 {
 				v.fail(op+".authenticated", "missing; want the rules for this identity, such as [{rate: 100/s, burst: 500}]")
 			}
-			v.rules(op+".authenticated", o.Authenticated, cost)
+			o.parsed = v.rules(op+".authenticated", o.Authenticated, cost)
 		}
 	}
 }
@@ -473,10 +481,12 @@ func (v *validator) pattern(mux *http.ServeMux, seen map[string]int, field, patt
 	v.fail(field, "%q: %s; want a net/http ServeMux pattern such as \"POST /payments/\" or \"GET /products/{id}\"", pattern, strings.TrimPrefix(msg, "http: "))
 }
 
-func (v *validator) rules(field string, rules []Rule, cost int64) {
+// rules checks the rules written at field and returns them parsed, or nil
+// when any is invalid.
+func (v *validator) rules(field string, rules []Rule, cost int64) []sluice.Rule {
 	if len(rules) > sluice.MaxRules {
 		v.fail(field, "%d rules; want at most %d", len(rules), sluice.MaxRules)
-		return
+		return nil
 	}
 	parsed := make([]sluice.Rule, 0, len(rules))
 	ok := true
@@ -512,7 +522,8 @@ func (v *validator) rules(field string, rules []Rule, cost int64) {
 		}
 		parsed = append(parsed, sluice.Rule{Rate: rate, Burst: r.Burst})
 	}
-	if ok {
-		v.c.keys.rules[field] = parsed
+	if !ok {
+		return nil
 	}
+	return parsed
 }
