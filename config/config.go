@@ -103,7 +103,13 @@ type Store struct {
 	OnError   string `yaml:"on_error"`  // local | open | closed; default local
 	Instances int    `yaml:"instances"` // expected gateways, for on_error: local; default 1
 	MaxKeys   int    `yaml:"max_keys"`  // cap of the in-memory store (and the local fallback); default 1000000
+
+	onError sluice.OnError // OnError, parsed by Load
 }
+
+// FailurePolicy returns store.on_error as Load parsed it, the one parse of
+// it: the default failure policy of every policy and Envoy limit.
+func (s *Store) FailurePolicy() sluice.OnError { return s.onError }
 
 // Redis reaches a standalone server, a Cluster or a Sentinel setup.
 type Redis struct {
@@ -183,7 +189,7 @@ type Policy struct {
 	Key           Key           `yaml:"key"`   // global, or attributes such as [{header: X-Tenant}] (key.go)
 	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
 
-	parsed policyRules // its rules, parsed by Load (validate.go)
+	parsed parsedPolicy // its rules and on_error, parsed by Load (validate.go)
 }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst;

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -71,7 +70,7 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		if p.Algorithm != algo.TokenBucket {
 			hp.Algorithm = p.Algorithm
 		}
-		hp.OnError, _ = sluice.ParseOnError(p.OnError) // validated
+		hp.OnError = p.parsed.onError
 		for _, o := range p.Overrides {
 			hp.Overrides = append(hp.Overrides, httplimit.Override{
 				Identity: o.Identity,

@@ -39,13 +39,15 @@ type keyMaterial struct {
 	quotaZone *time.Location // quota_time_zone, loaded
 }
 
-// policyRules are a policy's rules as Load parsed them, held on the policy
-// itself so that nothing looks them up again by their YAML path. A list is
-// nil when it is invalid (Load failed then), empty when none is written.
-type policyRules struct {
+// parsedPolicy is what Load parsed of a policy, held on the policy itself
+// so that nothing looks it up again by its YAML path, nor parses it twice.
+// A list of rules is nil when it is invalid (Load failed then), empty when
+// none is written.
+type parsedPolicy struct {
 	anonymous     []sluice.Rule
 	authenticated []sluice.Rule
 	plans         map[string][]sluice.Rule // by plan name
+	onError       sluice.OnError
 }
 
 type validator struct {
@@ -146,13 +148,22 @@ func (v *validator) oneOf(path, got string, valid ...string) bool {
 	return false
 }
 
-// onError checks an on_error value with sluice.ParseOnError, the one
-// parser of failure policies, written exactly as its name ("local", "open",
-// "closed"); the defaults have filled in an empty one already.
-func (v *validator) onError(path, got string) {
-	if mode, err := sluice.ParseOnError(got); err != nil || mode.String() != got {
+// onError checks and returns the on_error value at path; the defaults have
+// filled in an empty one already.
+func (v *validator) onError(path, got string) sluice.OnError {
+	mode, ok := parseOnError(got)
+	if !ok {
 		v.fail(path, "%q: want one of open, closed, local", got)
 	}
+	return mode
+}
+
+// parseOnError reads an on_error value with sluice.ParseOnError, the one
+// parser of failure policies, written exactly as its name ("local", "open",
+// "closed").
+func parseOnError(s string) (sluice.OnError, bool) {
+	mode, err := sluice.ParseOnError(s)
+	return mode, err == nil && mode.String() == s
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {
@@ -177,7 +188,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 
 func (v *validator) store() {
 	s := &v.c.Store
-	v.onError("store.on_error", s.OnError)
+	s.onError = v.onError("store.on_error", s.OnError)
 	if s.Instances < 1 {
 		v.fail("store.instances", "%d: want the number of gateways sharing the store, at least 1", s.Instances)
 	}
@@ -411,7 +422,7 @@ func (v *validator) policies() {
 		p.parsed.authenticated = v.rules(at+".authenticated", p.Authenticated, cost)
 		v.maxDelay(at+".max_delay", p.MaxDelay)
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
-		v.onError(at+".on_error", p.OnError)
+		p.parsed.onError = v.onError(at+".on_error", p.OnError)
 		if !slices.Contains(algo.Names(), p.Algorithm) {
 			v.fail(at+".algorithm", "%q: want one of %s", p.Algorithm, strings.Join(algo.Names(), ", "))
 		} else if p.MaxDelay > 0 && !algo.Paces(p.Algorithm) {

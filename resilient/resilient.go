@@ -135,7 +135,9 @@ const (
 	Closed = sluice.OnErrorClosed
 )
 
-var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
+// lastMode is the last value of Mode (sluice.OnError), which numbers its
+// policies from 0: the metrics hold one counter per policy.
+const lastMode = Closed
 
 // ParseMode is sluice.ParseOnError.
 func ParseMode(s string) (Mode, error) { return sluice.ParseOnError(s) }
@@ -732,7 +734,7 @@ type answer struct {
 }
 
 func (s *Store) modeFor(ctx context.Context) Mode {
-	if m, ok := ctx.Value(modeKey{}).(Mode); ok && int(m) < len(modeNames) {
+	if m, ok := ctx.Value(modeKey{}).(Mode); ok && m <= lastMode {
 		return m
 	}
 	return s.mode
