@@ -577,7 +577,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 		errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.perAddress(g.adminLn, cfg, "admin")))
 	}()
 	if g.decisionLn != nil {
-		g.decision = newServer(g.Decision(), cfg.Server, g.log)
+		g.decision = newServer(g.DecisionAPI(), cfg.Server, g.log)
 		go func() {
 			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.perAddress(g.decisionLn, cfg, "decision"), cfg.Server.MaxConnections, "decision")))
 		}()

@@ -17,3 +17,6 @@ func TestLastMode(t *testing.T) {
 		t.Errorf("mode %d is %s: a failure policy after lastMode", lastMode+1, s)
 	}
 }
+
+// Decision, the former name of Report, still names it.
+var _ Decision = Report{}
