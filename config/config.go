@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
 )
 
 // Config is one gateway configuration. Load fills it from a file and
@@ -101,7 +103,13 @@ type Store struct {
 	OnError   string `yaml:"on_error"`  // local | open | closed; default local
 	Instances int    `yaml:"instances"` // expected gateways, for on_error: local; default 1
 	MaxKeys   int    `yaml:"max_keys"`  // cap of the in-memory store (and the local fallback); default 1000000
+
+	onError sluice.OnError // OnError, parsed by Load
 }
+
+// FailurePolicy returns store.on_error as Load parsed it, the one parse of
+// it: the default failure policy of every policy and Envoy limit.
+func (s *Store) FailurePolicy() sluice.OnError { return s.onError }
 
 // Redis reaches a standalone server, a Cluster or a Sentinel setup.
 type Redis struct {
@@ -180,6 +188,8 @@ type Policy struct {
 	Overrides     []Override    `yaml:"overrides"`
 	Key           Key           `yaml:"key"`   // global, or attributes such as [{header: X-Tenant}] (key.go)
 	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
+
+	parsed parsedPolicy // its rules and on_error, parsed by Load (validate.go)
 }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst;
@@ -194,6 +204,8 @@ type Rule struct {
 type Override struct {
 	Identity      string `yaml:"identity"`
 	Authenticated []Rule `yaml:"authenticated"`
+
+	parsed []sluice.Rule // Authenticated, parsed by Load (validate.go)
 }
 
 // Load reads, defaults and validates the file at path. Relative key file

@@ -388,12 +388,7 @@ func (l *rlsLoader) overrides() {
 			Algorithm:     algo.FixedWindow,
 			CountDenied:   true,
 		}
-		switch l.v.c.Store.OnError {
-		case "closed":
-			p.OnError = httplimit.FailClosed
-		case "local":
-			p.Local = true
-		}
+		p.OnError = l.v.c.Store.onError
 		l.policies = append(l.policies, p)
 	}
 }
@@ -574,10 +569,10 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 			burst = rl.Burst
 		}
 	}
-	onError, _ := sluice.ParseOnError(l.v.c.Store.OnError) // validated
+	onError := l.v.c.Store.onError
 	if rl.OnError != "" {
-		mode, err := sluice.ParseOnError(rl.OnError)
-		if err != nil || mode.String() != rl.OnError {
+		mode, ok := parseOnError(rl.OnError)
+		if !ok {
 			l.fail(at+".on_error", "%q: want one of open, closed, local (sluice's addition; without it, store.on_error)", rl.OnError)
 		}
 		onError = mode

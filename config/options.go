@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -54,16 +53,15 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		}
 		opts.Authenticators = append(opts.Authenticators, a)
 	}
-	for i, p := range c.Policies {
-		at := fmt.Sprintf("policies[%d]", i)
+	for _, p := range c.Policies {
 		hp := httplimit.Policy{
 			Name:          p.Name,
 			Pattern:       p.Match,
 			Cost:          *p.Cost,
 			CostHeader:    p.CostHeader,
-			Anonymous:     c.keys.rules[at+".anonymous"],
-			Authenticated: c.keys.rules[at+".authenticated"],
-			Plans:         c.planRules(i),
+			Anonymous:     p.parsed.anonymous,
+			Authenticated: p.parsed.authenticated,
+			Plans:         p.planRules(),
 			DefaultPlan:   c.Identity.DefaultPlan,
 			MaxDelay:      p.MaxDelay,
 			Shadow:        p.Mode == "shadow",
@@ -72,11 +70,11 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 		if p.Algorithm != algo.TokenBucket {
 			hp.Algorithm = p.Algorithm
 		}
-		hp.OnError, _ = sluice.ParseOnError(p.OnError) // validated
-		for j, o := range p.Overrides {
+		hp.OnError = p.parsed.onError
+		for _, o := range p.Overrides {
 			hp.Overrides = append(hp.Overrides, httplimit.Override{
 				Identity: o.Identity,
-				Rules:    c.keys.rules[fmt.Sprintf("%s.overrides[%d].authenticated", at, j)],
+				Rules:    o.parsed,
 			})
 		}
 		opts.Policies = append(opts.Policies, hp)

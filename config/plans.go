@@ -104,7 +104,10 @@ func (v *validator) plans() {
 				v.fail(field, "no rules; want the authenticated rules of this plan, such as [{rate: 100/s, burst: 200}]")
 				continue
 			}
-			v.rules(field, p.Plans[name], *p.Cost)
+			if p.parsed.plans == nil {
+				p.parsed.plans = make(map[string][]sluice.Rule, len(p.Plans))
+			}
+			p.parsed.plans[name] = v.rules(field, p.Plans[name], *p.Cost)
 			for j, r := range p.Plans[name] {
 				if p.Algorithm == algo.SlidingLog && r.Burst > algo.MaxLogBurst {
 					v.fail(fmt.Sprintf("%s[%d].burst", field, j), "%d: sliding_log keeps an entry per admitted unit; want at most %d, or algorithm: sliding_window", r.Burst, algo.MaxLogBurst)
@@ -184,15 +187,15 @@ func (v *validator) planWarning(field, msg string) {
 	v.c.Warnings = append(v.c.Warnings, e.Error())
 }
 
-// planRules returns the parsed rules of policy i's plans, for the limiter.
-func (c *Config) planRules(i int) map[string][]sluice.Rule {
-	p := c.Policies[i]
+// planRules returns the parsed rules of p's plans, for the limiter: a map
+// of its own, so that the limiter never shares the configuration's.
+func (p *Policy) planRules() map[string][]sluice.Rule {
 	if len(p.Plans) == 0 {
 		return nil
 	}
 	out := make(map[string][]sluice.Rule, len(p.Plans))
 	for name := range p.Plans {
-		out[name] = c.keys.rules[fmt.Sprintf("policies[%d].plans.%s", i, name)]
+		out[name] = p.parsed.plans[name]
 	}
 	return out
 }

@@ -26,19 +26,19 @@ policies:
 	}
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	month, _ := sluice.NewQuota(100000, sluice.Month, berlin)
-	got := c.keys.rules["policies[0].authenticated"]
+	got := c.Policies[0].parsed.authenticated
 	if len(got) != 3 || got[0] != (sluice.Rule{Rate: 10, Burst: 20}) || got[1].Period != sluice.Month || got[1].Burst != 100000 ||
 		got[1].Rate != month.Rate || got[1].Zone.String() != "Europe/Berlin" || got[2].Period != sluice.Rolling {
 		t.Fatalf("authenticated rules %+v; want 10/s, 100000/month in Berlin, 10000/d rolling", got)
 	}
-	if a := c.keys.rules["policies[0].anonymous"]; len(a) != 2 || a[0].Period != sluice.Day || a[1].Period != sluice.Week {
+	if a := c.Policies[0].parsed.anonymous; len(a) != 2 || a[0].Period != sluice.Day || a[1].Period != sluice.Week {
 		t.Fatalf("anonymous rules %+v", a)
 	}
 	c, err = Parse("q.yaml", ".", []byte("policies: [{name: api, match: /, anonymous: [{quota: 5/day}]}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if z := c.keys.rules["policies[0].anonymous"][0].Zone; z != time.UTC {
+	if z := c.Policies[0].parsed.anonymous[0].Zone; z != time.UTC {
 		t.Fatalf("zone %v; want UTC by default", z)
 	}
 }

@@ -36,8 +36,18 @@ type keyMaterial struct {
 	apiKeys   map[[32]byte]httplimit.Caller // SHA-256 of a key -> the caller it stands for
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
-	rules     map[string][]sluice.Rule // parsed rules by field path
-	quotaZone *time.Location           // quota_time_zone, loaded
+	quotaZone *time.Location // quota_time_zone, loaded
+}
+
+// parsedPolicy is what Load parsed of a policy, held on the policy itself
+// so that nothing looks it up again by its YAML path, nor parses it twice.
+// A list of rules is nil when it is invalid (Load failed then), empty when
+// none is written.
+type parsedPolicy struct {
+	anonymous     []sluice.Rule
+	authenticated []sluice.Rule
+	plans         map[string][]sluice.Rule // by plan name
+	onError       sluice.OnError
 }
 
 type validator struct {
@@ -79,7 +89,6 @@ func (v *validator) has(path string) bool {
 
 func (v *validator) validate() {
 	c := v.c
-	c.keys.rules = make(map[string][]sluice.Rule)
 	v.hostPort("listen", c.Listen)
 	v.hostPort("admin_listen", c.AdminListen)
 	if c.Upstream != "" {
@@ -139,13 +148,22 @@ func (v *validator) oneOf(path, got string, valid ...string) bool {
 	return false
 }
 
-// onError checks an on_error value with sluice.ParseOnError, the one
-// parser of failure policies, written exactly as its name ("local", "open",
-// "closed"); the defaults have filled in an empty one already.
-func (v *validator) onError(path, got string) {
-	if mode, err := sluice.ParseOnError(got); err != nil || mode.String() != got {
+// onError checks and returns the on_error value at path; the defaults have
+// filled in an empty one already.
+func (v *validator) onError(path, got string) sluice.OnError {
+	mode, ok := parseOnError(got)
+	if !ok {
 		v.fail(path, "%q: want one of open, closed, local", got)
 	}
+	return mode
+}
+
+// parseOnError reads an on_error value with sluice.ParseOnError, the one
+// parser of failure policies, written exactly as its name ("local", "open",
+// "closed").
+func parseOnError(s string) (sluice.OnError, bool) {
+	mode, err := sluice.ParseOnError(s)
+	return mode, err == nil && mode.String() == s
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {
@@ -170,7 +188,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 
 func (v *validator) store() {
 	s := &v.c.Store
-	v.onError("store.on_error", s.OnError)
+	s.onError = v.onError("store.on_error", s.OnError)
 	if s.Instances < 1 {
 		v.fail("store.instances", "%d: want the number of gateways sharing the store, at least 1", s.Instances)
 	}
@@ -400,11 +418,11 @@ func (v *validator) policies() {
 		if len(p.Anonymous) == 0 && len(p.Authenticated) == 0 {
 			v.fail(at, "no rules; want anonymous: and/or authenticated: lists such as [{rate: 10/s, burst: 20}] (plans: apply only to callers whose plan they name)")
 		}
-		v.rules(at+".anonymous", p.Anonymous, cost)
-		v.rules(at+".authenticated", p.Authenticated, cost)
+		p.parsed.anonymous = v.rules(at+".anonymous", p.Anonymous, cost)
+		p.parsed.authenticated = v.rules(at+".authenticated", p.Authenticated, cost)
 		v.maxDelay(at+".max_delay", p.MaxDelay)
 		v.oneOf(at+".mode", p.Mode, "enforce", "shadow")
-		v.onError(at+".on_error", p.OnError)
+		p.parsed.onError = v.onError(at+".on_error", p.OnError)
 		if !slices.Contains(algo.Names(), p.Algorithm) {
 			v.fail(at+".algorithm", "%q: want one of %s", p.Algorithm, strings.Join(algo.Names(), ", "))
 		} else if p.MaxDelay > 0 && !algo.Paces(p.Algorithm) {
@@ -414,7 +432,8 @@ func (v *validator) policies() {
 		v.key(at, p)
 		v.quotaAlgorithm(at, p)
 		seen := make(map[string]int)
-		for j, o := range p.Overrides {
+		for j := range p.Overrides {
+			o := &p.Overrides[j]
 			op := fmt.Sprintf("%s.overrides[%d]", at, j)
 			if o.Identity == "" {
 				v.fail(op+".identity", "missing; want the authenticated identity (JWT sub, or the name of an API key) it applies to")
@@ -425,7 +444,7 @@ func (v *validator) policies() {
 			if len(o.Authenticated) == 0 {
 				v.fail(op+".authenticated", "missing; want the rules for this identity, such as [{rate: 100/s, burst: 500}]")
 			}
-			v.rules(op+".authenticated", o.Authenticated, cost)
+			o.parsed = v.rules(op+".authenticated", o.Authenticated, cost)
 		}
 	}
 }
@@ -473,10 +492,12 @@ func (v *validator) pattern(mux *http.ServeMux, seen map[string]int, field, patt
 	v.fail(field, "%q: %s; want a net/http ServeMux pattern such as \"POST /payments/\" or \"GET /products/{id}\"", pattern, strings.TrimPrefix(msg, "http: "))
 }
 
-func (v *validator) rules(field string, rules []Rule, cost int64) {
+// rules checks the rules written at field and returns them parsed, or nil
+// when any is invalid.
+func (v *validator) rules(field string, rules []Rule, cost int64) []sluice.Rule {
 	if len(rules) > sluice.MaxRules {
 		v.fail(field, "%d rules; want at most %d", len(rules), sluice.MaxRules)
-		return
+		return nil
 	}
 	parsed := make([]sluice.Rule, 0, len(rules))
 	ok := true
@@ -512,7 +533,8 @@ func (v *validator) rules(field string, rules []Rule, cost int64) {
 		}
 		parsed = append(parsed, sluice.Rule{Rate: rate, Burst: r.Burst})
 	}
-	if ok {
-		v.c.keys.rules[field] = parsed
+	if !ok {
+		return nil
 	}
+	return parsed
 }

@@ -84,7 +84,7 @@ func clusterFailover(t *testing.T, fullCoverage bool) {
 	s := newStore(t, rs, resilient.Options{
 		OnError: resilient.Local, Instances: instances, Timeout: deadline, ProbeInterval: probe,
 		LogInterval: time.Second, Scope: clusterScope(cc, rs),
-		OnDecision: func(d resilient.Decision) {
+		OnDecision: func(d resilient.Report) {
 			if d.Source >= resilient.FromOpen && healthy[d.Key] {
 				n, _ := untouched.LoadOrStore(d.Reason.String(), new(atomic.Int64))
 				n.(*atomic.Int64).Add(1)

@@ -13,7 +13,7 @@ import (
 // a Registerer was given, so the hot path never checks; label values are
 // resolved once, so an observation is an atomic add.
 type metrics struct {
-	failureDecisions [len(modeNames)]prometheus.Counter
+	failureDecisions [lastMode + 1]prometheus.Counter // by Mode
 	busyDecisions    prometheus.Counter
 	guardDenials     prometheus.Counter
 	state            [len(stateNames)]prometheus.Gauge
@@ -75,8 +75,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queueWait = register(reg, queueWait)
 	}
 	m := &metrics{guardDenials: guard, denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait}
-	for i, name := range modeNames {
-		m.failureDecisions[i] = decisions.WithLabelValues(name)
+	for mode := range lastMode + 1 {
+		m.failureDecisions[mode] = decisions.WithLabelValues(mode.String())
 	}
 	for i, name := range stateNames {
 		m.state[i] = state.WithLabelValues(name)

@@ -10,7 +10,7 @@ import (
 )
 
 // Reason says what a store error tells about the store: the label of
-// sluice_store_errors_total, and the reason in logs and in a Decision.
+// sluice_store_errors_total, and the reason in logs and in a Report.
 type Reason uint8
 
 const (

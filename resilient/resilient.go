@@ -80,7 +80,7 @@
 // Invalid input (sluice.ErrInvalid, sluice.ErrCostExceedsBurst) is
 // returned as is and never counts as a store failure.
 //
-// Every check reports how it was decided (a Decision, through
+// Every check reports how it was decided (a Report, through
 // CheckDecision or Options.OnDecision), Prometheus metrics are registered
 // on Options.Registerer, and failure-policy decisions are logged through
 // log/slog at most once per LogInterval, with a count.
@@ -135,7 +135,9 @@ const (
 	Closed = sluice.OnErrorClosed
 )
 
-var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
+// lastMode is the last value of Mode (sluice.OnError), which numbers its
+// policies from 0: the metrics hold one counter per policy.
+const lastMode = Closed
 
 // ParseMode is sluice.ParseOnError.
 func ParseMode(s string) (Mode, error) { return sluice.ParseOnError(s) }
@@ -178,8 +180,9 @@ func (s Source) String() string {
 	return fmt.Sprintf("Source(%d)", s)
 }
 
-// Decision says how one check or adjustment was decided.
-type Decision struct {
+// Report says how one check or adjustment was decided: by the store, the
+// denial cache or a failure policy, and why.
+type Report struct {
 	Source  Source
 	Key     string
 	Allowed bool
@@ -194,7 +197,13 @@ type Decision struct {
 // ByFailurePolicy reports whether the store's answer did not decide: it
 // failed, its breaker was open, it was busy (Reason ReasonBusy), or it had
 // lost the bucket and the guard denied (ReasonForgotten).
-func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
+func (d Report) ByFailurePolicy() bool { return d.Source >= FromOpen }
+
+// Decision is the former name of Report.
+//
+// Deprecated: use Report; "decision" in sluice is the decision core's
+// (package decide) and the gateway's decision API.
+type Decision = Report
 
 // Options configures a Store. The zero value is ready to use: decide
 // locally when the store fails, 50ms deadline, 32 calls in flight with a
@@ -277,7 +286,7 @@ type Options struct {
 	// OnDecision, when set, is called with every decision of a check
 	// (not for invalid input or a caller that gave up), synchronously: it
 	// must be fast and safe for concurrent use.
-	OnDecision func(Decision)
+	OnDecision func(Report)
 }
 
 // Store is a sluice.Store that adds a deadline, a bound on the calls in
@@ -310,7 +319,7 @@ type Store struct {
 	log        limitedLog // failure-policy decisions
 	busyLog    limitedLog // busy decisions
 	guardLog   limitedLog // denials of the guard
-	onDecision func(Decision)
+	onDecision func(Report)
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -443,9 +452,9 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, e
 }
 
 // CheckDecision is Check that also says how the check was decided.
-func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.Result, Decision, error) {
+func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.Result, Report, error) {
 	if err := sluice.ValidateRequest(req); err != nil {
-		return sluice.Result{}, Decision{Key: req.Key}, err
+		return sluice.Result{}, Report{Key: req.Key}, err
 	}
 	now := s.clock()
 	remembered := false
@@ -455,7 +464,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		if res, hit, remembered = s.denials.lookup(req, now); hit {
 			s.metrics.denialHits.Inc()
 			res.DecidedBy = sluice.ByDenialCache
-			return res, s.decided(Decision{Source: FromDenialCache, Key: req.Key}), nil
+			return res, s.decided(Report{Source: FromDenialCache, Key: req.Key}), nil
 		}
 	}
 	forget := func() {
@@ -475,7 +484,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		if err == ErrBusy {
 			return s.busy(ctx, req, err)
 		}
-		return sluice.Result{}, Decision{Key: req.Key}, err // the caller gave up
+		return sluice.Result{}, Report{Key: req.Key}, err // the caller gave up
 	}
 	sent := s.clock()
 	res, err := s.call(ctx, b, sent, checkJob(req))
@@ -486,7 +495,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 			// store's fault, and nothing to decide. A caller's deadline
 			// that passed first is a store that did not answer in time.
 			b.abandon(probe, end)
-			return sluice.Result{}, Decision{Key: req.Key}, err
+			return sluice.Result{}, Report{Key: req.Key}, err
 		}
 		forget()
 		reason := s.classify(err)
@@ -501,7 +510,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	s.metrics.observeCall(end-sent, reasonNone)
 	b.success(probe)
 	if err != nil {
-		return res, Decision{Key: req.Key}, err
+		return res, Report{Key: req.Key}, err
 	}
 	if res.Allowed && req.Cost > 0 {
 		s.mirror(ctx, req)
@@ -511,7 +520,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 			// to a replica that never saw it). Deny, as the bucket would.
 			s.metrics.guardDenials.Inc()
 			s.guardLog.note(end, "local", errForgotten, ReasonForgotten)
-			return g, s.decided(Decision{Source: FromLocal, Key: req.Key, Err: errForgotten, Reason: ReasonForgotten}), nil
+			return g, s.decided(Report{Source: FromLocal, Key: req.Key, Err: errForgotten, Reason: ReasonForgotten}), nil
 		}
 	}
 	if s.denials != nil {
@@ -524,7 +533,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 			s.denials.allowed(req, res, end)
 		}
 	}
-	return res, s.decided(Decision{Source: FromStore, Key: req.Key, Allowed: res.Allowed}), nil
+	return res, s.decided(Report{Source: FromStore, Key: req.Key, Allowed: res.Allowed}), nil
 }
 
 // acquire takes a call slot, waiting at most the queue wait (and not past
@@ -629,22 +638,22 @@ func (s *Store) adjustLocally(ctx context.Context, key string, delta int64, rule
 
 // fallback decides req by the failure policy after the store failed with
 // cause (or was not called: ErrCircuitOpen).
-func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
+func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
 	mode := s.modeFor(ctx)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
 	case Closed:
-		return sluice.Result{}, s.decided(Decision{Source: FromClosed, Key: req.Key, Err: cause, Reason: reason}), unavailable(cause)
+		return sluice.Result{}, s.decided(Report{Source: FromClosed, Key: req.Key, Err: cause, Reason: reason}), unavailable(cause)
 	case Local:
 		return s.decideLocally(ctx, req, cause, reason)
 	}
-	return fullResult(req.Rules, req.Cost), s.decided(Decision{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause, Reason: reason}), nil
+	return fullResult(req.Rules, req.Cost), s.decided(Report{Source: FromOpen, Key: req.Key, Allowed: true, Err: cause, Reason: reason}), nil
 }
 
 // busy decides req by the local bucket: the store was not failing, only
 // busy, so no failure policy applies and nothing is waved through.
-func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Decision, error) {
+func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Report, error) {
 	s.metrics.busyDecisions.Inc()
 	s.busyLog.note(s.clock(), "local", cause, ReasonBusy)
 	return s.decideLocally(ctx, req, cause, ReasonBusy)
@@ -704,13 +713,13 @@ func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
 
 // decideLocally decides req with the in-process bucket at the rules'
 // rate and burst divided by the number of instances.
-func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
+func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
 	var buf [sluice.MaxRules]sluice.Rule
 	local := req
 	local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
 	res, err := s.local.Check(ctx, local)
 	if err != nil {
-		return sluice.Result{}, Decision{Key: req.Key}, err
+		return sluice.Result{}, Report{Key: req.Key}, err
 	}
 	if res.Allowed && req.Cost > 0 {
 		// The guard counts what this instance admits, whoever decided:
@@ -719,7 +728,7 @@ func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause err
 		_, _ = s.guarded(ctx, req)
 	}
 	res.DecidedBy = sluice.ByLocal
-	return res, s.decided(Decision{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil
+	return res, s.decided(Report{Source: FromLocal, Key: req.Key, Allowed: res.Allowed, Err: cause, Reason: reason}), nil
 }
 
 // errNoAnswer is the error of a call given up at its deadline.
@@ -732,13 +741,13 @@ type answer struct {
 }
 
 func (s *Store) modeFor(ctx context.Context) Mode {
-	if m, ok := ctx.Value(modeKey{}).(Mode); ok && int(m) < len(modeNames) {
+	if m, ok := ctx.Value(modeKey{}).(Mode); ok && m <= lastMode {
 		return m
 	}
 	return s.mode
 }
 
-func (s *Store) decided(d Decision) Decision {
+func (s *Store) decided(d Report) Report {
 	if s.onDecision != nil {
 		s.onDecision(d)
 	}

@@ -328,7 +328,7 @@ func TestMetrics(t *testing.T) {
 		OnError:          resilient.Open,
 		Registerer:       reg,
 		FailureThreshold: 2,
-		OnDecision:       func(d resilient.Decision) { decisions[d.Source].Add(1) },
+		OnDecision:       func(d resilient.Report) { decisions[d.Source].Add(1) },
 	}
 	s := newStore(t, deadRedis(t), opts)
 	req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 1}}}

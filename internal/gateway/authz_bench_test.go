@@ -20,7 +20,7 @@ func BenchmarkForwardAuthVsProxy(b *testing.B) {
 	up := benchUpstream()
 	defer up.Close()
 	g, gw, _ := newGatewayB(b, "upstream: "+up.URL+"\n"+benchAuthzPolicies)
-	decision := httptest.NewServer(g.Decision())
+	decision := httptest.NewServer(g.DecisionAPI())
 	defer decision.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	one := func(url string, header ...string) time.Duration {
@@ -61,7 +61,7 @@ func BenchmarkForwardAuthVsProxy(b *testing.B) {
 // the network: what the translation and the decision cost, and allocate.
 func BenchmarkForwardAuthHandler(b *testing.B) {
 	g, _, _ := newGatewayB(b, benchAuthzPolicies)
-	h := g.Decision()
+	h := g.DecisionAPI()
 	req := httptest.NewRequest("GET", "/v1/authz", nil)
 	req.RemoteAddr = "127.0.0.1:40000"
 	req.Header.Set("X-Forwarded-For", "203.0.113.7")

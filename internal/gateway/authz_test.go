@@ -40,7 +40,7 @@ func authzGateway(t *testing.T, yaml string, files map[string]string) (g *Gatewa
 	}))
 	t.Cleanup(upstream.Close)
 	gw := gatewaytest.Start(t, New, gatewaytest.Write(t, "upstream: "+upstream.URL+"\n"+yaml, files), io.Discard).Handle(t)
-	decision = httptest.NewServer(gw.G.Decision())
+	decision = httptest.NewServer(gw.G.DecisionAPI())
 	t.Cleanup(decision.Close)
 	g, traffic, admin = gw.G, gw.Traffic, gw.Admin
 	return g, decision, traffic, admin

@@ -32,8 +32,8 @@ const maxCheckBody = 64 << 10
 // maxCheckKey bounds the key, in bytes.
 const maxCheckKey = 1024
 
-// Decision returns the handler of the decision listener.
-func (g *Gateway) Decision() http.Handler {
+// DecisionAPI returns the handler of the decision listener: the decision API.
+func (g *Gateway) DecisionAPI() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", func(w http.ResponseWriter, r *http.Request) {
 		g.serveCheck(w, r, g.state.Load())

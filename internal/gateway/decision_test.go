@@ -360,7 +360,7 @@ func FuzzCheckBody(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	h := gatewaytest.Start(f, New, gatewaytest.Write(f, "policies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", nil), io.Discard).G.Decision()
+	h := gatewaytest.Start(f, New, gatewaytest.Write(f, "policies:\n  - {name: api, match: /, anonymous: [{rate: 1000/s, burst: 1000}]}\n", nil), io.Discard).G.DecisionAPI()
 	f.Fuzz(func(t *testing.T, body string) {
 		req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(body))
 		req.Header.Set("Content-Type", jsonType)

@@ -177,10 +177,6 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		g.closeStore = func() error { _ = all.Close(); return local.Close() }
 		return nil
 	}
-	mode, err := resilient.ParseMode(cfg.Store.OnError)
-	if err != nil {
-		return fmt.Errorf("%s: store.on_error: %w", cfg.File, err)
-	}
 	client, raw, eviction, err := newRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
@@ -201,7 +197,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	// the local bucket decides what waits too long. Its breakers open only
 	// on errors of calls Redis received (one per master on a Cluster).
 	opts := resilient.Options{
-		OnError:      mode,
+		OnError:      cfg.Store.FailurePolicy(),
 		Instances:    cfg.Store.Instances,
 		Timeout:      cfg.Store.Redis.Timeout,
 		MaxInFlight:  redisInFlight,
@@ -391,7 +387,7 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		fmt.Fprintf(w, "ready%s\n", note)
-	case st.cfg.Store.OnError != "closed":
+	case st.cfg.Store.FailurePolicy() != sluice.OnErrorClosed:
 		fmt.Fprintf(w, "ready: store failing (%s: %v), serving with on_error: %s%s\n", classifyRedis(err), err, st.cfg.Store.OnError, note)
 	default:
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -581,7 +577,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 		errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.perAddress(g.adminLn, cfg, "admin")))
 	}()
 	if g.decisionLn != nil {
-		g.decision = newServer(g.Decision(), cfg.Server, g.log)
+		g.decision = newServer(g.DecisionAPI(), cfg.Server, g.log)
 		go func() {
 			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.perAddress(g.decisionLn, cfg, "decision"), cfg.Server.MaxConnections, "decision")))
 		}()

@@ -338,7 +338,7 @@ func keys[V any](m map[string]V) []string {
 func TestTracingDecisionAPI(t *testing.T) {
 	recv := startReceiver(t, "http/protobuf")
 	g, _, _ := newGateway(t, "policies:\n  - {name: login, match: \"POST /login\", anonymous: [{rate: 1/h, burst: 5}]}\n")
-	dec := httptest.NewServer(g.Decision())
+	dec := httptest.NewServer(g.DecisionAPI())
 	defer dec.Close()
 	resp, body := post(t, dec.URL+"/v1/check", `{"policy": "login", "key": "`+secretKey+`"}`, "Content-Type", "application/json", "Traceparent", "00-"+clientTraceID+"-"+clientSpanID+"-01")
 	if resp.StatusCode != 200 {
