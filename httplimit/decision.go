@@ -59,6 +59,25 @@ func (d *Decision) matched(r *http.Request, p *policy) {
 	}
 }
 
+// record records what the core decided: the caller's class and identity,
+// and the outcome, unless a held request is counted later (hold).
+func (d *Decision) record(v *decide.Verdict, id string) {
+	if d == nil {
+		return
+	}
+	if v.Rules != nil {
+		d.caller(v.Rules.Class, id)
+	}
+	switch {
+	case v.Outcome == decide.None:
+	case v.Outcome == decide.Allowlisted, v.Outcome == decide.FailedOpen, v.Outcome == decide.FailedClosed:
+		d.decided(v.Outcome, nil)
+	case v.Act == decide.Serve && v.Result.Delay > 0: // recorded by hold
+	default:
+		d.decided(v.Outcome, &v.Result)
+	}
+}
+
 func (d *Decision) caller(class decide.Class, id string) {
 	if d == nil {
 		return
