@@ -206,12 +206,12 @@ var ErrUnknownPolicy = decide.ErrUnknownPolicy
 // matches, normalises and identifies requests, and answers them. It is
 // safe for concurrent use.
 type Limiter struct {
-	opts  Options // as given, the one home of every option
-	core  *decide.Core
-	mux   *http.ServeMux
-	wait  func(context.Context, time.Duration) bool // tests replace it
-	ipv6  int                                       // Options.IPv6Prefix, defaulted
-	log   *slog.Logger
+	opts Options // as given, the one home of every option
+	core *decide.Core
+	mux  *http.ServeMux
+	wait func(context.Context, time.Duration) bool // tests replace it
+	ipv6 int                                       // Options.IPv6Prefix, defaulted
+	log  *slog.Logger
 
 	// methods holds the methods that some pattern names (GET implies
 	// HEAD), unless a pattern names none: a request of another method

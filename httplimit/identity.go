@@ -271,4 +271,3 @@ func inAny(a netip.Addr, prefixes []netip.Prefix) bool {
 	}
 	return false
 }
-
