@@ -360,7 +360,7 @@ func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
 // decision core decided.
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, byPolicy PolicyHandlers) {
 	p, path := l.match(r)
-	rec := decisionFrom(r.Context())
+	rec := recordFrom(r.Context())
 	rec.matched(r, p)
 	if p == nil {
 		next.ServeHTTP(w, r)
@@ -409,7 +409,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 // hold waits the delay of an allowed verdict, counts it, and reports
 // whether to serve: a caller that goes away while held gets its tokens
 // back.
-func (l *Limiter) hold(ctx context.Context, p *policy, rec *Decision, v *decide.Verdict) bool {
+func (l *Limiter) hold(ctx context.Context, p *policy, rec *AccessRecord, v *decide.Verdict) bool {
 	if !l.wait(ctx, v.Result.Delay) {
 		_, _ = l.core.Adjust(context.WithoutCancel(ctx), p.Compiled, v.Request.Key, -v.Request.Cost, v.Request.Rules)
 		v.Outcome = decide.Cancelled

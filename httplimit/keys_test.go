@@ -322,13 +322,13 @@ func TestKeyRejectedAtNew(t *testing.T) {
 
 // The access log's Decision names no attribute value.
 func TestKeyDecisionLeaksNoValue(t *testing.T) {
-	var d Decision
+	var d AccessRecord
 	e := keyEnv(t, Options{Policies: []Policy{{Name: "t", Pattern: "/", Cost: 1, Anonymous: rule(1, 5),
 		Key: Key{Parts: []KeyPart{{Header: "X-Tenant"}}}}}})
 	h := e.lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	r := mustRequest(t, "GET", "/")
 	r.Header.Set("X-Tenant", "secret-tenant")
-	h.ServeHTTP(&nopWriter{h: make(http.Header)}, r.WithContext(WithDecision(r.Context(), &d)))
+	h.ServeHTTP(&nopWriter{h: make(http.Header)}, r.WithContext(WithAccessRecord(r.Context(), &d)))
 	if strings.Contains(fmt.Sprintf("%+v", d), "secret-tenant") || d.Outcome != "allowed" {
 		t.Fatalf("decision %+v", d)
 	}

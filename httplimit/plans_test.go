@@ -149,11 +149,11 @@ func TestPlanHeaders(t *testing.T) {
 
 // TestPlanDecisionClass: the access log's class of a plan's caller is plan.
 func TestPlanDecisionClass(t *testing.T) {
-	var d Decision
+	var d AccessRecord
 	e := newEnv(t, Options{Policies: []Policy{planPolicy(rule(0.001, 3), "")}, Authenticators: []Authenticator{planKeys(planCallers)}}, nil,
 		func(h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h.ServeHTTP(w, r.WithContext(WithDecision(r.Context(), &d)))
+				h.ServeHTTP(w, r.WithContext(WithAccessRecord(r.Context(), &d)))
 			})
 		})
 	e.do("GET", "/api/x", "X-API-Key", "k-pro")
