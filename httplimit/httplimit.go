@@ -42,24 +42,20 @@
 //
 // # One decision core
 //
-// This package is sluice's decision core, built on package decide (the
-// protocol-free part: on_error, key classes, rule sets and their field
-// values, the on_error and shadow step, outcomes, metrics and the
-// Verdict), and every front door goes through it: the middleware
-// (Handler), the gateway's reverse proxy and its forward-auth endpoint
-// /v1/authz (both run Handler), the decision API POST /v1/check and
-// Envoy's gRPC rate limit service (both call Verdict, by policy name, and
-// switch on its decide.Act). Each front door only translates: it fills in a
-// subject (the request, or the attributes it was given) and calls
-// Limiter.decide in httplimit.go, which goes policy → caller → key → rules
-// → store → result: the allowlist (for callers it verified itself, not
-// the stated identity of a by-name decision), the key (Policy.Key, or the
-// identity rules), the rules of the caller's class, the store call with its timeout,
-// Fallback and OnError, shadow (decide.Resolve), and the count of every
-// outcome; then the front door turns the verdict into its protocol's
-// answer. A front door
-// that decides anything on its own (keys a caller, picks rules, applies
-// on_error or shadow) is a bug.
+// The decision is package decide's Core (the policies compiled, plans,
+// runtime overrides, keys, the allowlist, the store call with its timeout,
+// Fallback and OnError, shadow, outcomes and metrics); this package is its
+// HTTP front door, and the gateway's reverse proxy and forward-auth
+// endpoint /v1/authz run it too. For each request Handler matches the
+// policy, normalises the path, identifies the caller (WithCaller, the
+// Authenticators, the client address), reads the attributes a policy's
+// Key names, calls decide.Core.DecideFor once, and turns the
+// decide.Verdict into a response: the next handler with the rate limit
+// headers, a 429, a 503, or a held request. Front doors that decide by
+// policy name (POST /v1/check, Envoy's gRPC service) call
+// decide.Core.Decide (Limiter.Core) and switch on the same Verdict. A
+// front door that decides anything on its own (keys a caller, picks
+// rules, applies on_error or shadow) is a bug.
 //
 // The path of an allowed request through the middleware allocates little:
 // see BenchmarkMiddleware.
@@ -193,7 +189,7 @@ type Options struct {
 
 	// Tracer, when set, records a span for each decision of a request
 	// (sluice.decision) and one for each store call under it
-	// (sluice.store); see tracing.go. Nil records nothing and costs
+	// (sluice.store); see package decide. Nil records nothing and costs
 	// nothing.
 	Tracer trace.Tracer
 }
