@@ -115,11 +115,19 @@ func New(cfg Config) (*Core, error) {
 // Compiled returns the compiled policies, in the order of Config.Policies.
 func (c *Core) Compiled() []*Compiled { return c.policies }
 
-// Lookup returns the named policy, or nil.
-func (c *Core) Lookup(name string) *Compiled { return c.byName[name] }
+// Lookup returns the named policy, or nil. A nil Core has none.
+func (c *Core) Lookup(name string) *Compiled {
+	if c == nil {
+		return nil
+	}
+	return c.byName[name]
+}
 
 // Policies returns the names of the core's policies, sorted.
 func (c *Core) Policies() []string {
+	if c == nil {
+		return nil
+	}
 	names := make([]string, 0, len(c.byName))
 	for n := range c.byName {
 		names = append(names, n)
@@ -131,12 +139,9 @@ func (c *Core) Policies() []string {
 // FailsClosed reports whether the named policy refuses when its store
 // fails (on_error: closed).
 func (c *Core) FailsClosed(policyName string) bool {
-	p, ok := c.byName[policyName]
-	return ok && p.OnError == Closed
+	p := c.Lookup(policyName)
+	return p != nil && p.OnError == Closed
 }
-
-// Logger is the core's logger.
-func (c *Core) Logger() *slog.Logger { return c.log }
 
 // Subject is the caller of one decision, as a front door knows it.
 type Subject struct {
@@ -200,8 +205,8 @@ type Attributes struct {
 // for a shadow denial and a failure served open (Result.Allowed is true
 // then).
 func (c *Core) Decide(ctx context.Context, policyName string, a Attributes, cost int64) Verdict {
-	p, ok := c.byName[policyName]
-	if !ok {
+	p := c.Lookup(policyName)
+	if p == nil {
 		return Verdict{Act: Invalid, Outcome: None, Err: fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)}
 	}
 	if err := p.checkValues(a.Values); err != nil {

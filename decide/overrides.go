@@ -165,8 +165,8 @@ func (p *Compiled) compileRuntime(t *overrideTable) *compiledOverrides {
 // policy's cost. The error wraps ErrUnknownPolicy, sluice.ErrInvalid or
 // sluice.ErrCostExceedsBurst.
 func (c *Core) ValidateRules(policyName string, rules []sluice.Rule) error {
-	p, ok := c.byName[policyName]
-	if !ok {
+	p := c.Lookup(policyName)
+	if p == nil {
 		return fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 	}
 	_, err := newRules(&p.Policy, Override, rules)
@@ -256,8 +256,8 @@ func (c *Core) refill(ctx context.Context, p *Compiled, key string, rules []slui
 // authenticated caller, as its requests compute them.
 func (c *Core) callerKey(policyName string, caller Caller) (*Compiled, *Rules, string, error) {
 	identity := caller.ID
-	p, ok := c.byName[policyName]
-	if !ok {
+	p := c.Lookup(policyName)
+	if p == nil {
 		return nil, nil, "", fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 	}
 	if identity == "" {

@@ -206,8 +206,6 @@ type Limiter struct {
 	core *decide.Core
 	mux  *http.ServeMux
 	wait func(context.Context, time.Duration) bool // tests replace it
-	ipv6 int                                       // Options.IPv6Prefix, defaulted
-	log  *slog.Logger
 
 	// methods holds the methods that some pattern names (GET implies
 	// HEAD), unless a pattern names none: a request of another method
@@ -250,10 +248,7 @@ func New(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{opts: opts, core: core, mux: http.NewServeMux(), wait: wait, ipv6: opts.IPv6Prefix, log: core.Logger()}
-	if l.ipv6 <= 0 || l.ipv6 > 128 {
-		l.ipv6 = 64
-	}
+	l := &Limiter{opts: opts, core: core, mux: http.NewServeMux(), wait: wait}
 	for _, c := range core.Compiled() {
 		p := &policy{c}
 		if p.Pattern == "" { // without one, the policy is reached by name only
