@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -344,27 +343,6 @@ func writeJSONError(w http.ResponseWriter, status int, code, msg string, retryAf
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(errorBody{Error: code, Message: msg, RetryAfterSeconds: retryAfter})
 }
-
-// logLimiter lets one log line through every logEvery and counts the rest,
-// so a dead store or a flood does not become a flood of logs.
-type logLimiter struct {
-	next    atomic.Int64
-	dropped atomic.Int64
-}
-
-const logEvery = 5 * time.Second
-
-func (l *logLimiter) allow() bool {
-	now := time.Now().UnixNano()
-	n := l.next.Load()
-	if now < n || !l.next.CompareAndSwap(n, now+int64(logEvery)) {
-		l.dropped.Add(1)
-		return false
-	}
-	return true
-}
-
-func (l *logLimiter) suppressed() int64 { return l.dropped.Swap(0) }
 
 // maxJitter bounds Options.RetryAfterJitter: a herd spread over more than
 // an hour is a herd told to go away.
