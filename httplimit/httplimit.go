@@ -184,7 +184,7 @@ type Options struct {
 	Allowlist Allowlist
 
 	// Overrides, when set, are identities' rules that change at runtime;
-	// they win over Policy.Overrides (see overrides.go).
+	// they win over Policy.Overrides (see decide.Overrides).
 	Overrides *Overrides
 
 	// Tracer, when set, records a span for each decision of a request
