@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -76,7 +77,7 @@ type Core struct {
 // New compiles cfg into a Core, or says what is wrong with it.
 func New(cfg Config) (*Core, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("httplimit: Options.Store is nil")
+		return nil, errors.New("decide: Config.Store is nil")
 	}
 	c := &Core{
 		store:    cfg.Store,

@@ -68,7 +68,7 @@ type KeyPart struct {
 	Claim string
 
 	// ClientIP keys by the client address (after TrustedProxies, IPv6
-	// grouped by Options.IPv6Prefix).
+	// grouped by Config.IPv6Prefix).
 	ClientIP bool
 }
 
