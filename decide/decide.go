@@ -1,24 +1,27 @@
-// Package decide is sluice's decision core without a protocol: the types
-// and steps that every front door (the net/http middleware and the
-// gateway's reverse proxy and forward auth, the decision API POST
-// /v1/check, Envoy's gRPC rate limit service) shares, so that a front door
-// only translates its protocol into a decision and the Verdict back.
+// Package decide is sluice's decision core without a protocol: every
+// front door (the net/http middleware and the gateway's reverse proxy and
+// forward auth, the decision API POST /v1/check, Envoy's gRPC rate limit
+// service) translates its protocol into one call of a Core and the Verdict
+// back, so that a fix to keying, rules, failure policy or headers lands
+// everywhere at once.
 //
-// What lives here: the failure policy (OnError, one type for the module),
-// the caller's key class (Class), the rule set a caller is checked
-// against with the RateLimit field values that depend only on its rules
-// (Rules, QuotaFields), the step that applies on_error and shadow to what
-// the store answered (Resolve), the typed Outcome as
-// sluice_decisions_total counts it with its Metrics, and the Verdict that
-// says what to do with a decision (Act), with the outcome, the result and
-// the rules it was decided with, so that rendering the answer needs no
-// second lookup.
+// A Core is built from policies (New, Config). Decide decides by policy
+// name for a caller that a front door states (Attributes); DecideFor
+// decides for a policy the front door matched itself and a Subject it
+// verified (package httplimit matches HTTP requests against
+// Policy.Pattern). Either goes policy → caller → key → rules → store →
+// result: the allowlist (verified callers only), the caller's class and
+// rules (Rules: anonymous, authenticated, a plan's, an override's, a
+// runtime override's from Overrides), the store key (Key, or the identity
+// rules; the bytes of every key are fixed so that buckets survive an
+// upgrade), one store call with its timeout and Fallback, on_error and
+// shadow (Resolve), and the count of the typed Outcome (Metrics). The
+// Verdict says what to do (Act), with the outcome, the result and the
+// rules it was decided with, so that rendering the answer (QuotaFields)
+// needs no second lookup.
 //
-// Package httplimit builds on it: its Limiter matches, identifies and keys
-// a caller and calls the store, and its Verdict method returns a Verdict of
-// this package for callers that decide by policy name. This package
-// imports no net/http (a test holds it to that), so a front door that
-// speaks another protocol links no HTTP server to decide.
+// This package imports no net/http (a test holds it to that), so a front
+// door that speaks another protocol links no HTTP server to decide.
 package decide
 
 import (

@@ -159,16 +159,14 @@ func (c *limitWriter) charge(v string) {
 	c.charged = true
 	real, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || real < 0 {
-		if c.l.errLog.allow() {
-			c.l.log.Warn("sluice: ignoring a cost header that is not a whole number ≥ 0", "policy", c.p.Name, "header", c.p.CostHeader, "value", v)
-		}
+		c.l.core.WarnLimited("sluice: ignoring a cost header that is not a whole number ≥ 0", "policy", c.p.Name, "header", c.p.CostHeader, "value", v)
 		return
 	}
 	delta := real - c.p.Cost
 	if delta == 0 {
 		return
 	}
-	res, err := c.l.adjust(context.WithoutCancel(c.r.Context()), c.p, c.key, delta, c.rs.Rules)
+	res, err := c.l.core.Adjust(context.WithoutCancel(c.r.Context()), c.p.Compiled, c.key, delta, c.rs.Rules)
 	if err == nil {
 		c.keep(res)
 		c.decided = monoNow()

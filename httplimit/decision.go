@@ -8,12 +8,12 @@ import (
 	"github.com/sluicehq/sluice/decide"
 )
 
-// Decision is what the limiter did with one request, for an access log. Put
-// one in the request's context with WithDecision before the Limiter's
-// Handler; it is filled in as the request is decided, and read once the
+// AccessRecord is what the limiter did with one request, for an access
+// log. Put one in the request's context with WithAccessRecord before the
+// Limiter's Handler; it is filled in as the request is decided, and read once the
 // handler returns. It names no credential: an authenticated caller appears
 // as the identity its Authenticator returned.
-type Decision struct {
+type AccessRecord struct {
 	// Path is the request's path in the normal form that was matched and
 	// passed on (escaped); empty when the request had none (Handler
 	// refused it).
@@ -35,21 +35,34 @@ type Decision struct {
 	DecidedBy string
 }
 
-type decisionKey struct{}
+// Decision is the former name of AccessRecord.
+//
+// Deprecated: "decision" names the core's verdict (decide.Verdict); use
+// AccessRecord.
+type Decision = AccessRecord
 
-// WithDecision returns ctx carrying d, for the limiter to fill in.
-func WithDecision(ctx context.Context, d *Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
+type recordKey struct{}
+
+// WithAccessRecord returns ctx carrying d, for the limiter to fill in.
+func WithAccessRecord(ctx context.Context, d *AccessRecord) context.Context {
+	return context.WithValue(ctx, recordKey{}, d)
 }
 
-// decisionFrom returns the Decision of a request's context, or nil; the
+// WithDecision is the former name of WithAccessRecord.
+//
+// Deprecated: use WithAccessRecord.
+func WithDecision(ctx context.Context, d *AccessRecord) context.Context {
+	return WithAccessRecord(ctx, d)
+}
+
+// recordFrom returns the AccessRecord of a request's context, or nil; the
 // methods below do nothing on nil.
-func decisionFrom(ctx context.Context) *Decision {
-	d, _ := ctx.Value(decisionKey{}).(*Decision)
+func recordFrom(ctx context.Context) *AccessRecord {
+	d, _ := ctx.Value(recordKey{}).(*AccessRecord)
 	return d
 }
 
-func (d *Decision) matched(r *http.Request, p *policy) {
+func (d *AccessRecord) matched(r *http.Request, p *policy) {
 	if d == nil {
 		return
 	}
@@ -59,14 +72,33 @@ func (d *Decision) matched(r *http.Request, p *policy) {
 	}
 }
 
-func (d *Decision) caller(class decide.Class, id string) {
+// record records what the core decided: the caller's class and identity,
+// and the outcome, unless a held request is counted later (hold).
+func (d *AccessRecord) record(v *decide.Verdict, id string) {
+	if d == nil {
+		return
+	}
+	if v.Rules != nil {
+		d.caller(v.Rules.Class, id)
+	}
+	switch {
+	case v.Outcome == decide.None:
+	case v.Outcome == decide.Allowlisted, v.Outcome == decide.FailedOpen, v.Outcome == decide.FailedClosed:
+		d.decided(v.Outcome, nil)
+	case v.Act == decide.Serve && v.Result.Delay > 0: // recorded by hold
+	default:
+		d.decided(v.Outcome, &v.Result)
+	}
+}
+
+func (d *AccessRecord) caller(class decide.Class, id string) {
 	if d == nil {
 		return
 	}
 	d.Class, d.Identity = class.String(), id
 }
 
-func (d *Decision) decided(o decide.Outcome, res *sluice.Result) {
+func (d *AccessRecord) decided(o decide.Outcome, res *sluice.Result) {
 	if d == nil {
 		return
 	}

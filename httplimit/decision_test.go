@@ -15,8 +15,8 @@ type recordDecisions struct {
 
 func (rd *recordDecisions) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var d Decision
-		next.ServeHTTP(w, r.WithContext(WithDecision(r.Context(), &d)))
+		var d AccessRecord
+		next.ServeHTTP(w, r.WithContext(WithAccessRecord(r.Context(), &d)))
 		rd.mu.Lock()
 		rd.got = append(rd.got, d)
 		rd.mu.Unlock()

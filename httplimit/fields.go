@@ -20,11 +20,11 @@ import (
 // decision; if overrides changed in between, the fields describe other
 // rules than the ones decided. Use Verdict and FieldsOf.
 func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time.Duration) http.Header {
-	p, ok := l.byName[policyName]
-	if !ok || p.Shadow {
+	p := l.core.Lookup(policyName)
+	if p == nil || p.Shadow {
 		return nil
 	}
-	return l.FieldsOf(p.rulesFor(Caller{ID: key}, true), res, elapsed)
+	return l.FieldsOf(p.RulesFor(Caller{ID: key}, true), res, elapsed)
 }
 
 // FieldsOf returns the header fields of a response decided under rules

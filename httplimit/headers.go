@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -59,7 +58,7 @@ const (
 )
 
 // sendsHeaders reports whether responses carry any rate limit header.
-func (l *Limiter) sendsHeaders() bool { return l.headers != HeadersNone || l.xHeaders }
+func (l *Limiter) sendsHeaders() bool { return l.opts.Headers != HeadersNone || l.opts.XRateLimit }
 
 // putHeaders sets the rate limit headers of a result into h: rule and
 // remaining as sluice.Result reports them, reset as the seconds of
@@ -80,7 +79,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	remEnd := len(b)
 	b = strconv.AppendInt(b, reset, 10)
 	resetEnd := len(b)
-	draft := l.headers == HeadersBoth || l.headers == HeadersDraft
+	draft := l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersDraft
 	if draft {
 		b = append(b, rs.Item[rule]...)
 		b = append(b, ";r="...)
@@ -89,21 +88,21 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 		b = strconv.AppendInt(b, reset, 10)
 	}
 	rlEnd := len(b)
-	if l.xHeaders {
+	if l.opts.XRateLimit {
 		b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
 	}
 	s := string(b)
 	vals[vLimit], vals[vRemaining], vals[vReset] = rs.Limit[rule], s[:remEnd], s[remEnd:resetEnd]
 	vals[vPolicy], vals[vRateLimit], vals[vXReset] = rs.Policy, s[resetEnd:rlEnd], s[rlEnd:]
-	if l.headers != HeadersNone {
-		legacy := l.headers == HeadersBoth || l.headers == HeadersLegacy
+	if l.opts.Headers != HeadersNone {
+		legacy := l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersLegacy
 		setOrDel(h, hLimit, vals[vLimit:vLimit+1:vLimit+1], legacy)
 		setOrDel(h, hRemaining, vals[vRemaining:vRemaining+1:vRemaining+1], legacy)
 		setOrDel(h, hReset, vals[vReset:vReset+1:vReset+1], legacy)
 		setOrDel(h, hPolicy, vals[vPolicy:vPolicy+1:vPolicy+1], draft)
 		setOrDel(h, hRateLimit, vals[vRateLimit:vRateLimit+1:vRateLimit+1], draft)
 	}
-	if l.xHeaders {
+	if l.opts.XRateLimit {
 		h[hXLimit] = vals[vLimit : vLimit+1 : vLimit+1]
 		h[hXRemaining] = vals[vRemaining : vRemaining+1 : vRemaining+1]
 		h[hXReset] = vals[vXReset : vXReset+1 : vXReset+1]
@@ -133,9 +132,9 @@ func (l *Limiter) undeclareOwned(tr []string) []string {
 func (l *Limiter) owns(k string) bool {
 	switch k {
 	case hLimit, hRemaining, hReset, hPolicy, hRateLimit:
-		return l.headers != HeadersNone
+		return l.opts.Headers != HeadersNone
 	case hXLimit, hXRemaining, hXReset:
-		return l.xHeaders
+		return l.opts.XRateLimit
 	}
 	return false
 }
@@ -154,8 +153,8 @@ func setOrDel(h http.Header, k string, v []string, set bool) {
 // RateLimit-Reset, so that a client reading any of them waits as long.
 func (l *Limiter) retrySeconds(res sluice.Result, elapsed time.Duration) int64 {
 	d := res.RetryAfter - elapsed
-	if l.jitter > 0 && d < math.MaxInt64-l.jitter { // a saturated wait stays saturated
-		d += time.Duration(rand.Int64N(int64(l.jitter) + 1))
+	if l.opts.RetryAfterJitter > 0 && d < math.MaxInt64-l.opts.RetryAfterJitter { // a saturated wait stays saturated
+		d += time.Duration(rand.Int64N(int64(l.opts.RetryAfterJitter) + 1))
 	}
 	return max(1, ceilSeconds(d))
 }
@@ -209,7 +208,7 @@ func (l *Limiter) deny(w http.ResponseWriter, r *http.Request, p *policy, rs *ru
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")
 	h.Set("X-Content-Type-Options", "nosniff")
-	custom := l.denyBody
+	custom := l.opts.DenyBody
 	ctype := "application/json"
 	if custom != nil {
 		ctype = custom.ContentType
@@ -344,27 +343,6 @@ func writeJSONError(w http.ResponseWriter, status int, code, msg string, retryAf
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(errorBody{Error: code, Message: msg, RetryAfterSeconds: retryAfter})
 }
-
-// logLimiter lets one log line through every logEvery and counts the rest,
-// so a dead store or a flood does not become a flood of logs.
-type logLimiter struct {
-	next    atomic.Int64
-	dropped atomic.Int64
-}
-
-const logEvery = 5 * time.Second
-
-func (l *logLimiter) allow() bool {
-	now := time.Now().UnixNano()
-	n := l.next.Load()
-	if now < n || !l.next.CompareAndSwap(n, now+int64(logEvery)) {
-		l.dropped.Add(1)
-		return false
-	}
-	return true
-}
-
-func (l *logLimiter) suppressed() int64 { return l.dropped.Swap(0) }
 
 // maxJitter bounds Options.RetryAfterJitter: a herd spread over more than
 // an hour is a herd told to go away.

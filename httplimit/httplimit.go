@@ -42,24 +42,20 @@
 //
 // # One decision core
 //
-// This package is sluice's decision core, built on package decide (the
-// protocol-free part: on_error, key classes, rule sets and their field
-// values, the on_error and shadow step, outcomes, metrics and the
-// Verdict), and every front door goes through it: the middleware
-// (Handler), the gateway's reverse proxy and its forward-auth endpoint
-// /v1/authz (both run Handler), the decision API POST /v1/check and
-// Envoy's gRPC rate limit service (both call Verdict, by policy name, and
-// switch on its decide.Act). Each front door only translates: it fills in a
-// subject (the request, or the attributes it was given) and calls
-// Limiter.decide in httplimit.go, which goes policy → caller → key → rules
-// → store → result: the allowlist (for callers it verified itself, not
-// the stated identity of a by-name decision), the key (Policy.Key, or the
-// identity rules), the rules of the caller's class, the store call with its timeout,
-// Fallback and OnError, shadow (decide.Resolve), and the count of every
-// outcome; then the front door turns the verdict into its protocol's
-// answer. A front door
-// that decides anything on its own (keys a caller, picks rules, applies
-// on_error or shadow) is a bug.
+// The decision is package decide's Core (the policies compiled, plans,
+// runtime overrides, keys, the allowlist, the store call with its timeout,
+// Fallback and OnError, shadow, outcomes and metrics); this package is its
+// HTTP front door, and the gateway's reverse proxy and forward-auth
+// endpoint /v1/authz run it too. For each request Handler matches the
+// policy, normalises the path, identifies the caller (WithCaller, the
+// Authenticators, the client address), reads the attributes a policy's
+// Key names, calls decide.Core.DecideFor once, and turns the
+// decide.Verdict into a response: the next handler with the rate limit
+// headers, a 429, a 503, or a held request. Front doors that decide by
+// policy name (POST /v1/check, Envoy's gRPC service) call
+// decide.Core.Decide (Limiter.Core) and switch on the same Verdict. A
+// front door that decides anything on its own (keys a caller, picks
+// rules, applies on_error or shadow) is a bug.
 //
 // The path of an allowed request through the middleware allocates little:
 // see BenchmarkMiddleware.
@@ -72,7 +68,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -107,94 +102,21 @@ const (
 	FailClosed = decide.Closed
 )
 
-// Policy limits the requests that Pattern selects.
-type Policy struct {
-	// Name identifies the policy in headers, metrics, logs and keys.
-	Name string
-
-	// Pattern is a net/http ServeMux pattern: [METHOD ][HOST]/PATH. Empty,
-	// the policy matches no request and is reached by name only (Decide,
-	// Check), as Envoy's descriptors are.
-	Pattern string
-
-	// Cost is the number of tokens one request takes; zero means 1, as in
-	// the YAML configuration. A policy that only inspects (with
-	// CostHeader, say) sets InspectOnly instead.
-	Cost int64
-
-	// InspectOnly takes no token when the request comes in (Cost 0): the
-	// buckets are only read, and CostHeader (when set) charges after the
-	// fact. Cost must then be zero.
-	InspectOnly bool
-
-	// CostHeader, when set, is a response header in which the next handler
-	// reports the real cost of the request; it is removed from the response
-	// and the difference to Cost is charged (or refunded).
-	CostHeader string
-
-	// Anonymous rules apply per client IP to callers without a verified
-	// identity, Authenticated rules per identity to the others. When one
-	// list is empty, that class uses the other list (still keyed by its
-	// own key: IP or identity).
-	Anonymous     []sluice.Rule
-	Authenticated []sluice.Rule
-
-	// Overrides give single identities rules of their own.
-	Overrides []Override
-
-	// Plans give the authenticated callers of each plan (Caller.Plan)
-	// rules of their own, keyed by plan and identity. DefaultPlan is the
-	// plan of a caller whose plan is not among them. An authenticated
-	// caller gets its override, else its plan's rules, else DefaultPlan's,
-	// else Authenticated (or Anonymous when that is empty).
-	Plans       map[string][]sluice.Rule
-	DefaultPlan string
-
-	// MaxDelay > 0 paces instead of rejecting: a request whose tokens will
-	// be there within MaxDelay waits for them.
-	MaxDelay time.Duration
-
-	// Shadow decides and counts but never rejects, and sets no headers.
-	Shadow bool
-
-	// OnError applies when the store fails: FailLocal (the zero value)
-	// asks Options.Fallback first, FailOpen serves, FailClosed answers
-	// 503.
-	OnError OnError
-
-	// Local asks Options.Fallback first whatever OnError says; when the
-	// Fallback declines, OnError decides (FailClosed: 503, else serve).
-	// Kept for compatibility: OnError FailLocal says the same.
-	Local bool
-
-	// Key, when set, keys the policy's buckets by request attributes (a
-	// header, a path wildcard, a verified claim, the client address) or
-	// by one bucket for all, in place of the identity rules: see Key.
-	Key Key
-
-	// Algorithm names the policy's algorithm (see package algo) for a
-	// Store that serves several: the gateway's store reads it from the
-	// context that Options.StoreContext derives. Empty: the token bucket.
-	Algorithm string
-
-	// CountDenied counts a denied request's cost too, in the same store
-	// call (sluice.Request.CountDenied): envoyproxy/ratelimit's fixed
-	// window. It needs Algorithm "fixed_window".
-	CountDenied bool
-}
+// Policy limits the requests that Pattern selects: decide.Policy, which
+// the decision core compiles. Pattern is a net/http ServeMux pattern:
+// [METHOD ][HOST]/PATH; empty, the policy matches no request and is
+// reached by name only (Decide, Check), as Envoy's descriptors are.
+type Policy = decide.Policy
 
 // Override gives one authenticated identity its own rules.
-type Override struct {
-	Identity string
-	Rules    []sluice.Rule
-}
+type Override = decide.IdentityRules
 
 // Fallback decides a request whose store check failed with err, for
 // example against a local bucket or after a circuit breaker opened. It
 // returns the result to act on, or ok false to let the policy's OnError
 // apply. It is called only for policies whose OnError is FailLocal (the
 // zero value) or with Local set.
-type Fallback func(ctx context.Context, policy string, req sluice.Request, err error) (res sluice.Result, ok bool)
+type Fallback = decide.Fallback
 
 // Options configures a Limiter. Store is required; the rest has defaults.
 type Options struct {
@@ -262,44 +184,28 @@ type Options struct {
 	Allowlist Allowlist
 
 	// Overrides, when set, are identities' rules that change at runtime;
-	// they win over Policy.Overrides (see overrides.go).
+	// they win over Policy.Overrides (see decide.Overrides).
 	Overrides *Overrides
 
 	// Tracer, when set, records a span for each decision of a request
 	// (sluice.decision) and one for each store call under it
-	// (sluice.store); see tracing.go. Nil records nothing and costs
+	// (sluice.store); see package decide. Nil records nothing and costs
 	// nothing.
 	Tracer trace.Tracer
 }
 
 // ErrUnknownPolicy is returned by Limiter.Check for a policy name that the
-// Limiter does not have.
-var ErrUnknownPolicy = errors.New("httplimit: unknown policy")
+// Limiter does not have (decide.ErrUnknownPolicy).
+var ErrUnknownPolicy = decide.ErrUnknownPolicy
 
-// Limiter holds the compiled policies. It is safe for concurrent use.
+// Limiter is the HTTP front door of a decision core (decide.Core): it
+// matches, normalises and identifies requests, and answers them. It is
+// safe for concurrent use.
 type Limiter struct {
-	store     sluice.Store
-	mux       *http.ServeMux
-	byName    map[string]*policy
-	proxies   []netip.Prefix
-	forwarded ForwardedFrom
-	paths     Paths
-	ipv6Bits  int
-	headers   HeaderMode
-	xHeaders  bool
-	jitter    time.Duration
-	denyBody  *DenyBody
-	auth      []Authenticator
-	fallback  Fallback
-	metrics   *Metrics
-	log       *slog.Logger
-	errLog    logLimiter
-	shadowLog logLimiter
-	wait      func(context.Context, time.Duration) bool // tests replace it
-	timeout   time.Duration
-	storeCtx  func(context.Context, *Policy) context.Context
-	allow     allowlist
-	tracer    trace.Tracer // nil: no spans
+	opts Options // as given, the one home of every option
+	core *decide.Core
+	mux  *http.ServeMux
+	wait func(context.Context, time.Duration) bool // tests replace it
 
 	// methods holds the methods that some pattern names (GET implies
 	// HEAD), unless a pattern names none: a request of another method
@@ -308,17 +214,8 @@ type Limiter struct {
 	anyMethod bool
 }
 
-// policy is a Policy compiled for the hot path.
-type policy struct {
-	Policy
-	anon, authed ruleSet
-	overrides    map[string]*ruleSet
-	plans        map[string]*ruleSet
-	rt           runtimeRules // Options.Overrides (overrides.go)
-	counters     *decide.Counters
-	local        bool     // Options.Fallback decides when the store fails
-	key          *keySpec // nil: the identity rules
-}
+// policy is a compiled policy as the ServeMux holds it.
+type policy struct{ *decide.Compiled }
 
 // ruleSet is the rules one class of caller is checked against, with the
 // header values that depend only on the rules, rendered once.
@@ -329,63 +226,45 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Store == nil {
 		return nil, errors.New("httplimit: Options.Store is nil")
 	}
-	l := &Limiter{
-		store:     opts.Store,
-		mux:       http.NewServeMux(),
-		byName:    make(map[string]*policy, len(opts.Policies)),
-		proxies:   opts.TrustedProxies,
-		forwarded: opts.ForwardedFrom,
-		paths:     opts.Paths,
-		ipv6Bits:  opts.IPv6Prefix,
-		headers:   opts.Headers,
-		xHeaders:  opts.XRateLimit,
-		jitter:    opts.RetryAfterJitter,
-		denyBody:  opts.DenyBody,
-		auth:      opts.Authenticators,
-		fallback:  opts.Fallback,
-		metrics:   opts.Metrics,
-		log:       opts.Logger,
-		wait:      wait,
-		timeout:   opts.StoreTimeout,
-		storeCtx:  opts.StoreContext,
-		allow:     compileAllowlist(opts.Allowlist),
-		tracer:    opts.Tracer,
-	}
 	if err := checkForwarded(opts); err != nil {
 		return nil, err
 	}
 	if err := checkResponseOptions(opts); err != nil {
 		return nil, err
 	}
-	if l.ipv6Bits <= 0 || l.ipv6Bits > 128 {
-		l.ipv6Bits = 64
+	core, err := decide.New(decide.Config{
+		Store:        opts.Store,
+		Policies:     opts.Policies,
+		IPv6Prefix:   opts.IPv6Prefix,
+		Fallback:     opts.Fallback,
+		StoreContext: opts.StoreContext,
+		StoreTimeout: opts.StoreTimeout,
+		Metrics:      opts.Metrics,
+		Logger:       opts.Logger,
+		Allowlist:    opts.Allowlist,
+		Overrides:    opts.Overrides,
+		Tracer:       opts.Tracer,
+	})
+	if err != nil {
+		return nil, err
 	}
-	if l.log == nil {
-		l.log = slog.Default()
-	}
-	for i := range opts.Policies {
-		p, err := compile(opts.Policies[i])
-		if err != nil {
+	l := &Limiter{opts: opts, core: core, mux: http.NewServeMux(), wait: wait}
+	for _, c := range core.Compiled() {
+		p := &policy{c}
+		if p.Pattern == "" { // without one, the policy is reached by name only
+			continue
+		}
+		if err := register(l.mux, matchPattern(p.Pattern, l.opts.Paths.CaseInsensitive), p); err != nil {
 			return nil, err
 		}
-		if p.key, err = compileKey(&p.Policy); err != nil {
-			return nil, err
-		}
-		if _, dup := l.byName[p.Name]; dup {
-			return nil, fmt.Errorf("httplimit: two policies are named %q", p.Name)
-		}
-		if p.Pattern != "" { // without one, the policy is reached by name only
-			if err := register(l.mux, matchPattern(p.Pattern, l.paths.CaseInsensitive), p); err != nil {
-				return nil, err
-			}
-			l.noteMethod(p.Pattern)
-		}
-		p.counters = l.metrics.ForPolicy(p.Name)
-		p.rt.attach(opts.Overrides, l.log)
-		l.byName[p.Name] = p
+		l.noteMethod(p.Pattern)
 	}
 	return l, nil
 }
+
+// Core returns the decision core the limiter decides with, for front doors
+// of other protocols that share its policies and store.
+func (l *Limiter) Core() *decide.Core { return l.core }
 
 func (l *Limiter) noteMethod(pattern string) {
 	if l.methods == nil {
@@ -417,79 +296,6 @@ func register(mux *http.ServeMux, pattern string, p *policy) (err error) {
 // it is never called to serve.
 func (p *policy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-func compile(in Policy) (*policy, error) {
-	if in.Name == "" {
-		return nil, errors.New("httplimit: a policy has no name")
-	}
-	if len(in.Anonymous) == 0 && len(in.Authenticated) == 0 {
-		return nil, fmt.Errorf("httplimit: policy %q has no rules", in.Name)
-	}
-	if in.Cost < 0 || in.MaxDelay < 0 {
-		return nil, fmt.Errorf("httplimit: policy %q: cost and max delay must not be negative", in.Name)
-	}
-	switch {
-	case in.InspectOnly && in.Cost != 0:
-		return nil, fmt.Errorf("httplimit: policy %q: InspectOnly takes no token, but Cost is %d; drop one", in.Name, in.Cost)
-	case !in.InspectOnly && in.Cost == 0:
-		in.Cost = 1 // Go's zero, as YAML's default
-	}
-	p := &policy{Policy: in, overrides: make(map[string]*ruleSet, len(in.Overrides)), local: in.Local || in.OnError == FailLocal}
-	anon, authed := in.Anonymous, in.Authenticated
-	if len(anon) == 0 {
-		anon = authed
-	}
-	if len(authed) == 0 {
-		authed = anon
-	}
-	var err error
-	if p.anon, err = newRuleSet(&in, decide.Anonymous, anon); err != nil {
-		return nil, err
-	}
-	if p.authed, err = newRuleSet(&in, decide.Authenticated, authed); err != nil {
-		return nil, err
-	}
-	for _, o := range in.Overrides {
-		rs, err := newRuleSet(&in, decide.Override, o.Rules)
-		if err != nil {
-			return nil, fmt.Errorf("%w (override for %q)", err, o.Identity)
-		}
-		p.overrides[o.Identity] = &rs
-	}
-	if err := p.compilePlans(); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func newRuleSet(p *Policy, class decide.Class, rules []sluice.Rule) (ruleSet, error) {
-	probe := sluice.Request{Key: "probe", Cost: p.Cost, Rules: rules, CountDenied: p.CountDenied}
-	if err := sluice.ValidateRequest(probe); err != nil {
-		return ruleSet{}, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
-	}
-	if p.CountDenied && p.Algorithm != "fixed_window" {
-		return ruleSet{}, fmt.Errorf("httplimit: policy %q: CountDenied is for the fixed window; algorithm %q counts no denied request", p.Name, p.Algorithm)
-	}
-	if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling }); i >= 0 && p.Algorithm != "" && p.Algorithm != "token_bucket" {
-		return ruleSet{}, fmt.Errorf("httplimit: policy %q: rule %d is a calendar quota, which algorithm %s knows not; want the token bucket (Algorithm \"\")", p.Name, i, p.Algorithm)
-	}
-	return ruleSet{Rules: slices.Clone(rules), Class: class, QuotaFields: decide.RenderQuota(p.Name, rules, p.Cost, p.CostHeader)}, nil
-}
-
-// rulesFor returns the rules and key class of a caller: the anonymous
-// rules, or those of an authenticated caller (see plans.go for the order).
-func (p *policy) rulesFor(c Caller, authenticated bool) *ruleSet {
-	if !authenticated {
-		return &p.anon
-	}
-	if o := p.runtime(c.ID); o != nil {
-		return o
-	}
-	if o, ok := p.overrides[c.ID]; ok {
-		return o
-	}
-	return p.planRules(c.Plan)
-}
-
 // Handler returns next wrapped by the limiter. next receives the request
 // in normal form (see Paths); a request that has none is refused with 400,
 // or 501 for a method spelt in lowercase, and never reaches next.
@@ -500,7 +306,7 @@ func (p *policy) rulesFor(c Caller, authenticated bool) *ruleSet {
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	byPolicy, _ := next.(PolicyHandlers)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		nr, err := normalizeRequest(r, l.paths)
+		nr, err := normalizeRequest(r, l.opts.Paths)
 		if err != nil {
 			refuse(w, err)
 			return
@@ -530,7 +336,7 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 // Policy returns the policy that r falls under, or false when r passes
 // unlimited or has no normal form (Handler refuses it).
 func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
-	nr, err := normalizeRequest(r, l.paths)
+	nr, err := normalizeRequest(r, l.opts.Paths)
 	if err != nil {
 		return "", false
 	}
@@ -545,7 +351,7 @@ func (l *Limiter) Policy(r *http.Request) (name string, ok bool) {
 // decision core decided.
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler, byPolicy PolicyHandlers) {
 	p, path := l.match(r)
-	rec := decisionFrom(r.Context())
+	rec := recordFrom(r.Context())
 	rec.matched(r, p)
 	if p == nil {
 		next.ServeHTTP(w, r)
@@ -557,189 +363,59 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	// A trusted proxy's forwarding header that names no client is refused
 	// like a missing one at forward auth: keyed by the proxy's own
 	// address, it would drain the bucket of every client behind it.
-	var addr netip.Addr
-	if len(l.proxies) > 0 {
+	s := decide.Subject{Verified: true, Cost: p.Cost, Holds: true}
+	if len(l.opts.TrustedProxies) > 0 {
 		var err error
-		if addr, err = forwardedClient(r, l.proxies, l.forwarded); err != nil {
+		if s.ClientIP, err = forwardedClient(r, l.opts.TrustedProxies, l.opts.ForwardedFrom); err != nil {
 			writeJSONError(w, http.StatusBadRequest, "invalid_request", err.Error(), 0)
 			return
 		}
-	}
-	caller, authenticated := l.identify(r)
-	s := subject{caller: caller, authenticated: authenticated, r: r, path: path, cost: p.Cost, holds: true, rec: rec}
-	if len(l.proxies) > 0 {
-		s.addr, s.hasAddr = l.group(addr), true
-	}
-	var v verdict
-	if l.tracer != nil {
-		v = l.decideTraced(r.Context(), p, &s)
 	} else {
-		v = l.decide(r.Context(), p, &s)
+		s.ClientIP = parseHost(r.RemoteAddr)
 	}
+	s.Caller, s.Authenticated = l.identify(r)
+	if parts := p.KeyParts(); parts != nil {
+		readValues(&s, parts, r, path)
+	}
+	v := l.core.DecideFor(r.Context(), p.Compiled, &s)
+	at := monoNow()
+	rec.record(&v, s.ID)
 	switch v.Act {
 	case decide.Pass:
 		next.ServeHTTP(w, r)
 	case decide.Deny:
-		l.deny(w, r, p, v.Rules, v.Result, v.at)
+		l.deny(w, r, p, v.Rules, v.Result, at)
 	case decide.FailClosed:
 		writeJSONError(w, http.StatusServiceUnavailable, "rate_limiter_unavailable", "the rate limiter cannot decide right now; retry shortly", 1)
 	case decide.Invalid:
 		writeJSONError(w, http.StatusInternalServerError, "rate_limiter_error", "the rate limiter cannot decide this request", 0)
 	case decide.Serve:
-		if v.Result.Delay > 0 && !l.hold(r.Context(), p, &s, &v) {
+		if v.Result.Delay > 0 && !l.hold(r.Context(), p, rec, &v) {
 			return
 		}
-		l.serveAllowed(w, r, next, p, v.Rules, v.Request.Key, v.Result, v.at)
+		l.serveAllowed(w, r, next, p, v.Rules, v.Request.Key, v.Result, at)
 	}
-}
-
-// The decision core. Every front door (serve for HTTP; Decide and Check
-// for callers that name the policy) fills in a subject and calls decide,
-// which alone goes policy → caller → key → rules → store → result: the
-// allowlist (HTTP callers only), the key (Policy.Key or the identity
-// rules), the rules of the caller's class, the store call with its
-// timeout, Fallback and OnError, shadow, and the counting of every outcome. A front door translates its
-// protocol into a subject and the verdict back, and decides nothing itself.
-
-// subject is what a front door knows about the caller of one decision.
-type subject struct {
-	caller        Caller
-	authenticated bool
-
-	// r is the request (nil for a by-name decision) and path the escaped
-	// path its policy's pattern matched.
-	r    *http.Request
-	path string
-
-	// ip is the client's address of a by-name decision (zero: unknown);
-	// addr is the client's address grouped by the IPv6 prefix, once a key
-	// asked for it (hasAddr).
-	ip      netip.Addr
-	addr    netip.Addr
-	hasAddr bool
-
-	// values are the key attributes of a by-name decision, by name
-	// ("header:X-Tenant", "path:tenant", "claim:org").
-	values map[string]string
-
-	cost int64
-
-	// holds: the front door holds a delayed request itself and calls
-	// hold, which counts it; otherwise decide counts it as delayed.
-	holds bool
-
-	rec *Decision // the access log's record, or nil
-}
-
-// clientAddr returns the subject's client address, grouped by the IPv6
-// prefix, reading it from the request the first time; false when unknown.
-func (s *subject) clientAddr(l *Limiter) (netip.Addr, bool) {
-	if !s.hasAddr {
-		if s.r != nil {
-			s.addr = l.clientAddr(s.r)
-		} else {
-			s.addr = l.group(s.ip)
-		}
-		s.hasAddr = true
-	}
-	return s.addr, s.hasAddr && s.addr.IsValid()
-}
-
-// verdict is the decision core's answer (decide.Verdict) and when it was
-// decided: Retry-After counts from then.
-type verdict struct {
-	decide.Verdict
-	at moment
-}
-
-// decide is the decision core: see above.
-func (l *Limiter) decide(ctx context.Context, p *policy, s *subject) verdict {
-	v := verdict{Verdict: decide.Verdict{Outcome: decide.None}}
-	// Only a caller that the limiter verified itself is allowlisted: the
-	// identity or address of a by-name decision is stated, not verified.
-	if s.r != nil && l.allowlisted(s.r, s.caller.ID, s.authenticated) {
-		v.Act, v.Outcome, v.Result = decide.Pass, decide.Allowlisted, sluice.Result{Allowed: true}
-		s.rec.decided(v.Outcome, nil)
-		return v
-	}
-	v.Rules = p.rulesFor(s.caller, s.authenticated)
-	s.rec.caller(v.Rules.Class, s.caller.ID)
-	var kb keyBuf
-	if err := l.buildKey(&kb, p, v.Rules, s); err != nil {
-		v.Act, v.Err = decide.Invalid, err
-		return v
-	}
-	v.Request = sluice.Request{Key: kb.String(), Cost: s.cost, Rules: v.Rules.Rules, MaxDelay: p.MaxDelay, CountDenied: p.CountDenied}
-	if p.Shadow {
-		v.Request.MaxDelay = 0 // a shadow policy never holds a request either
-	}
-	res, err := l.check(ctx, p, v.Request)
-	v.at = monoNow()
-	v.Act, v.Outcome, v.Result = decide.Resolve(res, err, p.Shadow, p.OnError)
-	switch v.Outcome {
-	case decide.None:
-		v.Err = err
-		return v
-	case decide.FailedClosed:
-		v.Err = err
-		l.logStoreError(p, err, "closed")
-	case decide.ShadowDenied:
-		if l.shadowLog.allow() {
-			l.log.Info("sluice: shadow policy would have rejected", "policy", p.Name, "retry_after", res.RetryAfter, "suppressed", l.shadowLog.suppressed())
-		}
-	case decide.FailedOpen:
-		if err != nil {
-			l.logStoreError(p, err, "open")
-		}
-	}
-	if v.Act == decide.Serve && v.Result.Delay > 0 && s.holds {
-		return v // counted by hold
-	}
-	l.count(p, s, &v)
-	return v
-}
-
-// count counts the verdict's outcome and records it for the access log.
-func (l *Limiter) count(p *policy, s *subject, v *verdict) {
-	p.counters.Inc(v.Outcome)
-	res := &v.Result
-	if v.Outcome == decide.FailedOpen || v.Outcome == decide.FailedClosed {
-		res = nil
-	}
-	s.rec.decided(v.Outcome, res)
 }
 
 // hold waits the delay of an allowed verdict, counts it, and reports
 // whether to serve: a caller that goes away while held gets its tokens
 // back.
-func (l *Limiter) hold(ctx context.Context, p *policy, s *subject, v *verdict) bool {
+func (l *Limiter) hold(ctx context.Context, p *policy, rec *AccessRecord, v *decide.Verdict) bool {
 	if !l.wait(ctx, v.Result.Delay) {
-		_, _ = l.adjust(context.WithoutCancel(ctx), p, v.Request.Key, -v.Request.Cost, v.Request.Rules)
+		_, _ = l.core.Adjust(context.WithoutCancel(ctx), p.Compiled, v.Request.Key, -v.Request.Cost, v.Request.Rules)
 		v.Outcome = decide.Cancelled
-		l.count(p, s, v)
+		p.Count(v.Outcome)
+		rec.decided(v.Outcome, &v.Result)
 		return false
 	}
-	l.count(p, s, v)
+	p.Count(v.Outcome)
+	rec.decided(v.Outcome, &v.Result)
 	return true
 }
 
 // Attributes describe the caller of a decision that names its policy
 // (Decide), as a front door without an HTTP request knows it.
-type Attributes struct {
-	// Identity is the caller's verified identity (overrides apply, and
-	// its buckets are those of its requests through the middleware), or
-	// empty for an anonymous caller.
-	Identity string
-
-	// ClientIP is the client's address, when known: the key of an
-	// anonymous caller, and of {client_ip: true}. IPv6 addresses are
-	// grouped by Options.IPv6Prefix.
-	ClientIP netip.Addr
-
-	// Values are the attributes a policy's Key reads, by the name Key
-	// gives them: "header:X-Tenant", "path:tenant", "claim:org".
-	Values map[string]string
-}
+type Attributes = decide.Attributes
 
 // Verdict is what the decision core decided for Decide.
 type Verdict struct {
@@ -753,18 +429,13 @@ type Verdict struct {
 }
 
 // Decide decides cost tokens under the named policy for the caller that a
-// decides: the by-name front door of the decision core, for the gateway's
-// decision API and Envoy's rate limit service. It goes through the same
-// steps as a request through Handler: the key, the rules of the caller's
-// class, the store with its Fallback and OnError, shadow; not the
-// allowlist, which holds only for callers the limiter verified itself. A
-// policy with MaxDelay reserves, and Result.Delay says how long the caller
-// should wait. The error is ErrUnknownPolicy, an input error
-// (sluice.ErrInvalid, sluice.ErrCostExceedsBurst), or, for a policy that
-// fails closed, the store's; a policy that fails open answers allowed, with
+// describes: decide.Core.Decide with its answer as a Result and an error.
+// The error is ErrUnknownPolicy, an input error (sluice.ErrInvalid,
+// sluice.ErrCostExceedsBurst), or, for a policy that fails closed, the
+// store's; a policy that fails open answers allowed, with
 // Result.DecidedBy sluice.ByOpen.
 func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, cost int64) (Verdict, error) {
-	v := l.Verdict(ctx, policyName, a, cost)
+	v := l.core.Decide(ctx, policyName, a, cost)
 	out := Verdict{Result: v.Result, Outcome: v.Outcome.String()}
 	if v.Act == decide.Invalid || v.Act == decide.FailClosed {
 		return out, v.Err
@@ -773,43 +444,18 @@ func (l *Limiter) Decide(ctx context.Context, policyName string, a Attributes, c
 }
 
 // Verdict is Decide for front doors that switch on what to do: the
-// decision core's whole answer, with its typed outcome and the rules it
-// was decided with (for Fields). Its Act is decide.Invalid, with Err, for
-// an unknown policy (ErrUnknownPolicy) and for bad input (sluice.ErrInvalid,
-// sluice.ErrCostExceedsBurst); decide.FailClosed, with the store's error,
-// when the store failed and the policy fails closed; decide.Pass for a
-// shadow denial and a failure served open (Result.Allowed is true then).
+// decision core's whole answer (decide.Core.Decide), with its typed
+// outcome and the rules it was decided with (for FieldsOf).
 func (l *Limiter) Verdict(ctx context.Context, policyName string, a Attributes, cost int64) decide.Verdict {
-	p, ok := l.byName[policyName]
-	if !ok {
-		return decide.Verdict{Act: decide.Invalid, Outcome: decide.None, Err: fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)}
-	}
-	if err := p.checkValues(a.Values); err != nil {
-		return decide.Verdict{Act: decide.Invalid, Outcome: decide.None, Err: err}
-	}
-	s := subject{caller: Caller{ID: a.Identity}, authenticated: a.Identity != "", values: a.Values, cost: cost}
-	if a.ClientIP.IsValid() {
-		s.ip = a.ClientIP.Unmap().WithZone("")
-	}
-	var v verdict
-	if l.tracer != nil {
-		v = l.decideTraced(ctx, p, &s)
-	} else {
-		v = l.decide(ctx, p, &s)
-	}
-	if v.Act == decide.FailClosed {
-		v.Err = fmt.Errorf("httplimit: policy %q fails closed: %w", p.Name, v.Err)
-	}
-	return v.Verdict
+	return l.core.Decide(ctx, policyName, a, cost)
 }
 
 // Check decides cost tokens for key under the named policy: Decide for a
 // caller whose verified identity is key (overrides apply), sharing its
-// buckets with that identity's requests through the middleware. Envoy's
-// rate limit service and the gateway's decision API call it.
+// buckets with that identity's requests through the middleware.
 func (l *Limiter) Check(ctx context.Context, policyName, key string, cost int64) (sluice.Result, error) {
 	if key == "" {
-		if _, ok := l.byName[policyName]; !ok {
+		if l.core.Lookup(policyName) == nil {
 			return sluice.Result{}, fmt.Errorf("%w %q", ErrUnknownPolicy, policyName)
 		}
 		return sluice.Result{}, fmt.Errorf("%w: empty key", sluice.ErrInvalid)
@@ -832,7 +478,7 @@ func (l *Limiter) match(r *http.Request) (*policy, string) {
 	}
 	path := r.URL.EscapedPath() // the spelling that is passed on
 	mr := r
-	if l.paths.CaseInsensitive && hasUpper(path) {
+	if l.opts.Paths.CaseInsensitive && hasUpper(path) {
 		path = asciiLower(path)
 		mr = withPath(r, path)
 	}
@@ -874,65 +520,6 @@ func withPath(r *http.Request, p string) *http.Request {
 	return &r2
 }
 
-// check asks the store, timing it.
-func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
-	if l.storeCtx != nil {
-		ctx = l.storeCtx(ctx, &p.Policy)
-	}
-	if l.tracer != nil {
-		return l.checkTraced(ctx, p, req)
-	}
-	return l.checkStore(ctx, p, req)
-}
-
-// checkStore is check without the span: the store call with its timeout,
-// and the Fallback when it failed.
-func (l *Limiter) checkStore(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
-	start := time.Now()
-	var res sluice.Result
-	var err error
-	if l.timeout > 0 {
-		tctx, cancel := context.WithTimeout(ctx, l.timeout)
-		res, err = l.store.Check(tctx, req)
-		cancel()
-	} else {
-		res, err = l.store.Check(ctx, req)
-	}
-	l.metrics.Observe(decide.OpCheck, time.Since(start), err)
-	if err != nil && p.local && l.fallback != nil && !decide.IsInputError(err) {
-		if fres, ok := l.fallback(ctx, p.Name, req, err); ok {
-			l.logStoreError(p, err, "local")
-			fres.DecidedBy = sluice.ByLocal
-			return fres, nil
-		}
-	}
-	return res, err
-}
-
-func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	if l.storeCtx != nil {
-		ctx = l.storeCtx(ctx, &p.Policy)
-	}
-	start := time.Now()
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	res, err := l.store.Adjust(ctx, key, delta, rules)
-	l.metrics.Observe(decide.OpAdjust, time.Since(start), err)
-	if err != nil {
-		l.logStoreError(p, err, "adjust skipped")
-	}
-	return res, err
-}
-
-func (l *Limiter) logStoreError(p *policy, err error, action string) {
-	if l.errLog.allow() {
-		l.log.Warn("sluice: store failed", "policy", p.Name, "on_error", action, "err", err, "suppressed", l.errLog.suppressed())
-	}
-}
-
 // wait sleeps d, and reports false if ctx ended first.
 func wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -947,17 +534,7 @@ func wait(ctx context.Context, d time.Duration) bool {
 
 // FailsClosed reports whether the named policy answers 503 when its store
 // fails (on_error: closed).
-func (l *Limiter) FailsClosed(policyName string) bool {
-	p, ok := l.byName[policyName]
-	return ok && p.OnError == FailClosed
-}
+func (l *Limiter) FailsClosed(policyName string) bool { return l.core.FailsClosed(policyName) }
 
 // Policies returns the names of the limiter's policies.
-func (l *Limiter) Policies() []string {
-	names := make([]string, 0, len(l.byName))
-	for n := range l.byName {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func (l *Limiter) Policies() []string { return l.core.Policies() }

@@ -3,28 +3,19 @@ package httplimit
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/sluicehq/sluice/decide"
 )
 
-// Caller is what an Authenticator verified about the caller of a request.
-// Everything in it comes from a credential that was checked, never from a
-// header the client could write.
-type Caller struct {
-	// ID is the caller's identity: its buckets are keyed by it.
-	ID string
-
-	// Plan is the plan the credential names, or "" when it names none.
-	Plan string
-
-	// Claims are the claims of a verified token (nil for other
-	// credentials), for policies that key by a claim.
-	Claims map[string]any
-}
+// Caller is what an Authenticator verified about the caller of a request:
+// decide.Caller (ID, Plan, Claims). Everything in it comes from a
+// credential that was checked, never from a header the client could write.
+type Caller = decide.Caller
 
 // Authenticator verifies the credential a request carries and returns the
 // caller, or ok false when there is none or it does not verify. It must
@@ -63,7 +54,7 @@ func (l *Limiter) identify(r *http.Request) (Caller, bool) {
 	if c, ok := CallerFrom(r.Context()); ok {
 		return c, true
 	}
-	for _, a := range l.auth {
+	for _, a := range l.opts.Authenticators {
 		if c, ok := a(r); ok && c.ID != "" {
 			return c, true
 		}
@@ -86,22 +77,6 @@ func APIKeys(header string, keys map[[32]byte]Caller) Authenticator {
 		c, ok := keys[sum]
 		return c, ok
 	}
-}
-
-// clientAddr is ClientIP grouped by the limiter's IPv6 prefix.
-func (l *Limiter) clientAddr(r *http.Request) netip.Addr {
-	return l.group(clientIP(r, l.proxies, l.forwarded))
-}
-
-// group returns the first address of a's IPv6 prefix; IPv4 addresses stand
-// alone.
-func (l *Limiter) group(a netip.Addr) netip.Addr {
-	if a.Is6() && l.ipv6Bits < 128 {
-		if p, err := a.Prefix(l.ipv6Bits); err == nil {
-			return p.Addr()
-		}
-	}
-	return a
 }
 
 // ClientIP returns the address of the client that sent r. It is the
@@ -296,34 +271,3 @@ func inAny(a netip.Addr, prefixes []netip.Prefix) bool {
 	}
 	return false
 }
-
-// keyLen is the length of a store key: 16 bytes of SHA-256, base64url.
-const keyLen = 22
-
-// keyBuf builds the store key of (policy, class, identity) without
-// allocating until the final string.
-type keyBuf struct {
-	scratch [256]byte
-	out     [keyLen]byte
-}
-
-func (k *keyBuf) build(policy string, class byte, id string) {
-	b := append(k.scratch[:0], policy...)
-	b = append(b, 0, class, 0)
-	b = append(b, id...)
-	k.sum(b)
-}
-
-func (k *keyBuf) buildAddr(policy string, class byte, a netip.Addr) {
-	b := append(k.scratch[:0], policy...)
-	b = append(b, 0, class, 0)
-	b = a.AppendTo(b)
-	k.sum(b)
-}
-
-func (k *keyBuf) sum(b []byte) {
-	s := sha256.Sum256(b)
-	base64.RawURLEncoding.Encode(k.out[:], s[:16])
-}
-
-func (k *keyBuf) String() string { return string(k.out[:]) }

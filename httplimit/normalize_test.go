@@ -215,7 +215,7 @@ func FuzzNormalize(f *testing.F) {
 		if again, _ := lim.Policy(passed); again != matched {
 			t.Fatalf("%q matched %q, but the request passed on (%q) matches %q", target, matched, passed.URL.EscapedPath(), again)
 		}
-		if nr, err := normalizeRequest(passed, lim.paths); err != nil || nr != passed {
+		if nr, err := normalizeRequest(passed, lim.opts.Paths); err != nil || nr != passed {
 			t.Fatalf("%q passed on as %q, which normalises again (%v)", target, passed.URL.EscapedPath(), err)
 		}
 		want, _ := normalizePath(rawPath(r), slashes)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 func overrideEnv(t *testing.T, ov *Overrides) *env {
@@ -144,14 +145,14 @@ func BenchmarkRuntimeOverrideLookup(b *testing.B) {
 		ids["id-"+string(rune('a'+i%26))+string(rune('a'+i/26))] = rule(10, 20)
 	}
 	ov.Replace(map[string]map[string][]sluice.Rule{"api": ids})
-	p, err := compile(Policy{Name: "api", Pattern: "/", Cost: 1, Authenticated: rule(1, 2)})
+	c, err := decide.New(decide.Config{Store: memstore.New(memstore.Options{SweepInterval: -1}), Overrides: ov, Policies: []Policy{{Name: "api", Pattern: "/", Cost: 1, Authenticated: rule(1, 2)}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.rt.attach(ov, nil)
+	p := c.Lookup("api")
 	b.ReportAllocs()
 	for b.Loop() {
-		if p.rulesFor(Caller{ID: "id-ab"}, true).Class != decide.Override {
+		if p.RulesFor(Caller{ID: "id-ab"}, true).Class != decide.Override {
 			b.Fatal("no override")
 		}
 	}

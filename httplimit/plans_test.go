@@ -121,18 +121,7 @@ func TestPlanBucketsPerPlan(t *testing.T) {
 	if got := e.burstOf("X-API-Key", "k-pro"); got != 8 {
 		t.Fatalf("bob on pro: %d passed, want his own 8", got)
 	}
-	// The keys differ by plan, so no store key of one plan is another's.
-	p := e.lim.byName["api"]
-	var a, b keyBuf
-	a.buildFor("api", p.plans["free"], "alice")
-	b.buildFor("api", p.plans["pro"], "alice")
-	if a.String() == b.String() {
-		t.Fatal("free and pro share a key")
-	}
-	b.build("api", 'u', "alice")
-	if a.String() == b.String() {
-		t.Fatal("a plan shares the authenticated key")
-	}
+	// That the keys differ by plan is decide's TestPlanKeys.
 }
 
 // TestPlanHeaders: RateLimit-Policy and RateLimit-Limit state the rules of
@@ -144,11 +133,11 @@ func TestPlanHeaders(t *testing.T) {
 	if free.limit() != 5 || pro.limit() != 8 {
 		t.Errorf("RateLimit-Limit free %d, pro %d; want 5 and 8", free.limit(), pro.limit())
 	}
-	p := e.lim.byName["api"]
+	p := e.lim.Core().Lookup("api")
 	for _, c := range []struct {
 		r    response
 		want string
-	}{{free, p.plans["free"].Policy}, {pro, p.plans["pro"].Policy}} {
+	}{{free, p.RulesFor(Caller{ID: "x", Plan: "free"}, true).Policy}, {pro, p.RulesFor(Caller{ID: "x", Plan: "pro"}, true).Policy}} {
 		if got := c.r.header.Get("RateLimit-Policy"); got != c.want {
 			t.Errorf("RateLimit-Policy %q, want %q", got, c.want)
 		}
@@ -160,11 +149,11 @@ func TestPlanHeaders(t *testing.T) {
 
 // TestPlanDecisionClass: the access log's class of a plan's caller is plan.
 func TestPlanDecisionClass(t *testing.T) {
-	var d Decision
+	var d AccessRecord
 	e := newEnv(t, Options{Policies: []Policy{planPolicy(rule(0.001, 3), "")}, Authenticators: []Authenticator{planKeys(planCallers)}}, nil,
 		func(h http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h.ServeHTTP(w, r.WithContext(WithDecision(r.Context(), &d)))
+				h.ServeHTTP(w, r.WithContext(WithAccessRecord(r.Context(), &d)))
 			})
 		})
 	e.do("GET", "/api/x", "X-API-Key", "k-pro")

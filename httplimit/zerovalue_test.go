@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -105,4 +106,22 @@ func (r recording) Check(ctx context.Context, req sluice.Request) (sluice.Result
 
 func (r recording) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
 	return r.st.Adjust(ctx, key, delta, rules)
+}
+
+// TestZeroLimiterByName: a zero Limiter has no policies; deciding by name
+// answers httplimit.ErrUnknownPolicy rather than panic.
+func TestZeroLimiterByName(t *testing.T) {
+	var l httplimit.Limiter
+	if _, err := l.Check(context.Background(), "p", "k", 1); !errors.Is(err, httplimit.ErrUnknownPolicy) {
+		t.Errorf("Check: %v", err)
+	}
+	if v := l.Verdict(context.Background(), "p", httplimit.Attributes{Identity: "k"}, 1); !errors.Is(v.Err, httplimit.ErrUnknownPolicy) {
+		t.Errorf("Verdict: %v", v.Err)
+	}
+	if l.FailsClosed("p") || len(l.Policies()) != 0 {
+		t.Error("a zero Limiter has policies")
+	}
+	if err := l.ValidateRules("p", nil); !errors.Is(err, httplimit.ErrUnknownPolicy) {
+		t.Errorf("ValidateRules: %v", err)
+	}
 }

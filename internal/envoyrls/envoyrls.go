@@ -3,12 +3,14 @@
 // over gRPC, with the gRPC health service, on a listener of its own.
 //
 // It decides nothing itself. The descriptor files (envoyproxy/ratelimit's,
-// read by package config) compile to httplimit policies without a pattern,
-// one per rate_limit, added to the gateway's one httplimit.Limiter; a call
-// is translated into (policy, key, cost) per descriptor and decided by
-// Limiter.Decide, the decision core every front door goes through (the
-// proxy, the middleware, /v1/check, /v1/authz), so that store, algorithms, failure
-// policy (on_error) and headers are the same everywhere. The translation
+// read by package config) compile to policies without a pattern, one per
+// rate_limit, added to the gateway's one decision core (decide.Core); a
+// call is translated into (policy, key, cost) per descriptor and decided
+// by decide.Core.Decide, which every front door goes through (the proxy,
+// the middleware, /v1/check, /v1/authz), so that store, algorithms,
+// failure policy (on_error) and headers are the same everywhere. This
+// package imports neither httplimit nor a JWT library (a test holds it to
+// that): the RateLimit fields come from the Decider's FieldsOf. The translation
 // follows envoyproxy/ratelimit's main of July 2026: the same matching of
 // descriptors (value, then a wildcard value with a '*' anywhere, then the
 // key alone; a limit applies only where the request's last entry lands),
@@ -40,13 +42,21 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/httplimit"
 )
 
 // Source returns what a call decides with: the envoy_rls section of the
-// running configuration (its descriptor trees) and the Limiter compiled
+// running configuration (its descriptor trees) and the Decider compiled
 // from the same configuration, swapped together on reload.
-type Source func() (*config.EnvoyRLS, *httplimit.Limiter)
+type Source func() (*config.EnvoyRLS, Decider)
+
+// Decider is what a call decides with: the decision core, and the
+// rendering of the RateLimit fields that the HTTP front doors send, so
+// that response_headers_to_add read as the proxy's headers would
+// (*httplimit.Limiter is one).
+type Decider interface {
+	Core() *decide.Core
+	FieldsOf(rules *decide.Rules, res sluice.Result, elapsed time.Duration) http.Header
+}
 
 // service implements RateLimitServiceServer.
 type service struct {
@@ -121,7 +131,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
-		s.decide(ctx, lim, d)
+		s.decide(ctx, lim.Core(), d)
 		if d.override {
 			overrideOutcome(d)
 		}
@@ -249,17 +259,17 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 	return max(1, int64(req.GetHitsAddend()))
 }
 
-// decide asks the Limiter's decision core about d (Verdict, by name), the
-// one place this front door does, and acts on what it says to do. A
+// decide asks the decision core about d (Core.Decide, by name), the one
+// place this front door does, and acts on what it says to do. A
 // refusal of envoyproxy/ratelimit's fixed window is counted by that same
 // call, as its INCRBY counts every hit (the policy's CountDenied, set by
 // package config); a cost beyond the limit is a refusal.
-func (s *service) decide(ctx context.Context, lim *httplimit.Limiter, d *decision) {
+func (s *service) decide(ctx context.Context, core *decide.Core, d *decision) {
 	if d.limit.Policy == "" { // requests_per_unit: 0
 		d.over = d.cost > 0
 		return
 	}
-	v := lim.Verdict(ctx, d.limit.Policy, httplimit.Attributes{Identity: d.key}, d.cost)
+	v := core.Decide(ctx, d.limit.Policy, decide.Attributes{Identity: d.key}, d.cost)
 	d.res, d.rules = v.Result, v.Rules
 	switch v.Act {
 	case decide.Pass: // a shadow denial, or served open while the store fails
@@ -341,7 +351,7 @@ func unitOf(name string) rlsv3.RateLimitResponse_RateLimit_Unit { return units[n
 // (the one that makes the client wait longest) or, when none did, of the
 // one closest to its limit, and Retry-After when refused. Shadow and
 // quota limits add none.
-func (s *service) headers(lim *httplimit.Limiter, ds []decision, over bool, elapsed time.Duration) []*corev3.HeaderValue {
+func (s *service) headers(lim Decider, ds []decision, over bool, elapsed time.Duration) []*corev3.HeaderValue {
 	best := -1
 	for i := range ds {
 		d := &ds[i]

@@ -38,7 +38,7 @@ func BenchmarkTranslate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := &service{source: func() (*config.EnvoyRLS, *httplimit.Limiter) { return &cfg.EnvoyRLS, lim }, now: time.Now}
+	svc := &service{source: func() (*config.EnvoyRLS, Decider) { return &cfg.EnvoyRLS, lim }, now: time.Now}
 	reqs := make([]*rlsv3.RateLimitRequest, 1024)
 	for i := range reqs {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{{

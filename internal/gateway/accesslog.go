@@ -36,7 +36,7 @@ type accessEntry struct {
 	bytes    int64
 	agent    string
 	referer  string
-	decision httplimit.Decision
+	decision httplimit.AccessRecord
 }
 
 // accessLog writes entries from a bounded queue on a goroutine of its own,
@@ -385,7 +385,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (g *Gateway) serveLogged(w http.ResponseWriter, r *http.Request, serve func(http.ResponseWriter, *http.Request)) {
 	start := time.Now()
 	e := accessEntry{start: start, method: r.Method, proto: r.Proto, agent: r.UserAgent(), referer: r.Referer()}
-	r = r.WithContext(httplimit.WithDecision(r.Context(), &e.decision))
+	r = r.WithContext(httplimit.WithAccessRecord(r.Context(), &e.decision))
 	sw := &statusWriter{ResponseWriter: w}
 	serve(sw, r)
 	e.duration = time.Since(start)

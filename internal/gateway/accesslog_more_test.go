@@ -183,7 +183,7 @@ func TestAccessLogDocExamples(t *testing.T) {
 	start := time.Date(2026, 12, 3, 17, 5, 43, 250e6, time.UTC)
 	denied := accessEntry{start: start, duration: 1250 * time.Microsecond, client: "203.0.113.7", method: "GET", path: "/search", proto: "HTTP/1.1",
 		status: 429, bytes: 61, agent: "curl/8.5.0",
-		decision: httplimit.Decision{Path: "/search", Policy: "search", Class: "anonymous", Outcome: "denied", DecidedBy: "store"}}
+		decision: httplimit.AccessRecord{Path: "/search", Policy: "search", Class: "anonymous", Outcome: "denied", DecidedBy: "store"}}
 	allowed := denied
 	allowed.status, allowed.bytes = 200, 2
 	allowed.decision.Class, allowed.decision.Identity, allowed.decision.Outcome = "authenticated", "alice", "allowed"
@@ -219,7 +219,7 @@ func BenchmarkGatewayAccessLog(b *testing.B) {
 // combined line keeps its shape and the JSON line decodes to the values.
 func TestAccessLogHostileValues(t *testing.T) {
 	e := accessEntry{start: time.Unix(1e9, 0), client: "2001:db8::1", method: "GET", path: "/a%20b/%22c", proto: "HTTP/1.1", status: 200,
-		agent: "x\" \"y\\\x01\xff\u00e9", referer: "\"] [", decision: httplimit.Decision{Policy: "p", Class: "authenticated", Identity: "bob \"the\" [admin]\\", Outcome: "allowed"}}
+		agent: "x\" \"y\\\x01\xff\u00e9", referer: "\"] [", decision: httplimit.AccessRecord{Policy: "p", Class: "authenticated", Identity: "bob \"the\" [admin]\\", Outcome: "allowed"}}
 	line := string(appendCombinedEntry(nil, &e))
 	if strings.Count(line, "\n") != 1 || !strings.HasSuffix(line, "\n") {
 		t.Fatalf("not one line: %q", line)

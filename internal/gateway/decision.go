@@ -147,10 +147,10 @@ func (g *Gateway) serveCheck(w http.ResponseWriter, r *http.Request, st *state) 
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	v := st.limiter.Verdict(r.Context(), req.Policy, attrs, cost)
+	v := st.limiter.Core().Decide(r.Context(), req.Policy, attrs, cost)
 	switch v.Act {
 	case decide.Invalid:
-		if errors.Is(v.Err, httplimit.ErrUnknownPolicy) {
+		if errors.Is(v.Err, decide.ErrUnknownPolicy) {
 			msg := fmt.Sprintf("no policy is named %q", req.Policy)
 			if authorized {
 				// Only a caller that proved it holds the token is told the

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 )
 
@@ -41,8 +40,8 @@ func (g *Gateway) trafficHandler(cfg *config.Config) http.Handler {
 }
 
 // rlsSource is what the rate limit service decides with: the running
-// configuration's descriptors and Limiter.
-func (g *Gateway) rlsSource() (*config.EnvoyRLS, *httplimit.Limiter) {
+// configuration's descriptors and Limiter (its decision core and fields).
+func (g *Gateway) rlsSource() (*config.EnvoyRLS, envoyrls.Decider) {
 	st := g.state.Load()
 	return &st.cfg.EnvoyRLS, st.limiter
 }

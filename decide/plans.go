@@ -1,12 +1,13 @@
-package httplimit
+package decide
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
-
-	"github.com/sluicehq/sluice/decide"
 )
 
 // A plan is a name that a verified credential carries (Caller.Plan: a JWT
@@ -35,11 +36,11 @@ import (
 // granted both plans.
 
 // compilePlans compiles p's plans into rule sets of class p.
-func (p *policy) compilePlans() error {
+func (p *Compiled) compilePlans() error {
 	if len(p.Plans) == 0 {
 		return nil
 	}
-	p.plans = make(map[string]*ruleSet, len(p.Plans))
+	p.plans = make(map[string]*Rules, len(p.Plans))
 	for _, name := range slices.Sorted(maps.Keys(p.Plans)) {
 		if err := checkPlanName(name); err != nil {
 			return fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
@@ -48,7 +49,7 @@ func (p *policy) compilePlans() error {
 		if len(rules) == 0 {
 			return fmt.Errorf("httplimit: policy %q: plan %q has no rules", p.Name, name)
 		}
-		rs, err := newRuleSet(&p.Policy, decide.Plan, rules)
+		rs, err := newRules(&p.Policy, Plan, rules)
 		if err != nil {
 			return fmt.Errorf("%w (plan %q)", err, name)
 		}
@@ -73,7 +74,7 @@ func checkPlanName(name string) error {
 
 // planRules returns the rules of an authenticated caller of plan that has
 // no override: steps 2 to 4 above.
-func (p *policy) planRules(plan string) *ruleSet {
+func (p *Compiled) planRules(plan string) *Rules {
 	if rs, ok := p.plans[plan]; ok {
 		return rs
 	}
@@ -85,7 +86,7 @@ func (p *policy) planRules(plan string) *ruleSet {
 
 // buildFor builds the key of id under the rule set rs of policy: a plan's
 // buckets are the plan's own.
-func (k *keyBuf) buildFor(policy string, rs *ruleSet, id string) {
+func (k *keyBuf) buildFor(policy string, rs *Rules, id string) {
 	if rs.Plan == "" {
 		k.build(policy, rs.Class.KeyByte(), id)
 		return
@@ -97,3 +98,34 @@ func (k *keyBuf) buildFor(policy string, rs *ruleSet, id string) {
 	b = append(b, id...)
 	k.sum(b)
 }
+
+// keyLen is the length of a store key: 16 bytes of SHA-256, base64url.
+const keyLen = 22
+
+// keyBuf builds the store key of (policy, class, identity) without
+// allocating until the final string.
+type keyBuf struct {
+	scratch [256]byte
+	out     [keyLen]byte
+}
+
+func (k *keyBuf) build(policy string, class byte, id string) {
+	b := append(k.scratch[:0], policy...)
+	b = append(b, 0, class, 0)
+	b = append(b, id...)
+	k.sum(b)
+}
+
+func (k *keyBuf) buildAddr(policy string, class byte, a netip.Addr) {
+	b := append(k.scratch[:0], policy...)
+	b = append(b, 0, class, 0)
+	b = a.AppendTo(b)
+	k.sum(b)
+}
+
+func (k *keyBuf) sum(b []byte) {
+	s := sha256.Sum256(b)
+	base64.RawURLEncoding.Encode(k.out[:], s[:16])
+}
+
+func (k *keyBuf) String() string { return string(k.out[:]) }

@@ -1,4 +1,4 @@
-package httplimit
+package decide
 
 import (
 	"context"
@@ -8,10 +8,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/decide"
 )
 
-// Spans, with Options.Tracer set. Their attributes name the policy, the
+// Spans, with Config.Tracer set. Their attributes name the policy, the
 // outcome as sluice_decisions_total counts it, the caller's key class and
 // what decided; never the key, the identity, a header or the path, which
 // may carry credentials.
@@ -27,17 +26,17 @@ const (
 )
 
 // decideTraced is decide within a sluice.decision span.
-func (l *Limiter) decideTraced(ctx context.Context, p *policy, s *subject) verdict {
-	ctx, span := l.tracer.Start(ctx, spanDecision, trace.WithAttributes(attrPolicy.String(p.Name)))
+func (c *Core) decideTraced(ctx context.Context, p *Compiled, s *Subject) Verdict {
+	ctx, span := c.tracer.Start(ctx, spanDecision, trace.WithAttributes(attrPolicy.String(p.Name)))
 	defer span.End()
-	v := l.decide(ctx, p, s)
-	if v.Outcome != decide.None {
+	v := c.decide(ctx, p, s)
+	if v.Outcome != None {
 		span.SetAttributes(attrOutcome.String(v.Outcome.String()))
 	}
 	if v.Rules != nil {
 		span.SetAttributes(attrClass.String(v.Rules.Class.String()))
 	}
-	if v.Act != decide.Invalid && v.Act != decide.FailClosed && v.Outcome != decide.FailedOpen {
+	if v.Act != Invalid && v.Act != FailClosed && v.Outcome != FailedOpen {
 		span.SetAttributes(attrDecidedBy.String(v.Result.DecidedBy.String()))
 	}
 	if v.Err != nil {
@@ -47,11 +46,11 @@ func (l *Limiter) decideTraced(ctx context.Context, p *policy, s *subject) verdi
 }
 
 // checkTraced is checkStore within a sluice.store span.
-func (l *Limiter) checkTraced(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
-	ctx, span := l.tracer.Start(ctx, spanStore, trace.WithSpanKind(trace.SpanKindClient),
+func (c *Core) checkTraced(ctx context.Context, p *Compiled, req sluice.Request) (sluice.Result, error) {
+	ctx, span := c.tracer.Start(ctx, spanStore, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrPolicy.String(p.Name), attrOp.String("check")))
 	defer span.End()
-	res, err := l.checkStore(ctx, p, req)
+	res, err := c.checkStore(ctx, p, req)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	} else {
