@@ -25,17 +25,20 @@ package redisstore
 //	admitted in [t0, t1] ≤ V(t0) + rate × (t1 − t0)
 //	                     ≤ burst + rate × (t1 − t0) + L(t0)
 //
-// where L(t0) is what the leases held at t0: one lease a key in each
-// instance, so L(t0) ≤ K × max(Lease.Tokens, the largest cost) with K
-// instances. From a moment when no lease is held (a new key, or one that
+// where L(t0) is what the leases held at t0, unspent or on their way back:
+// an instance has one lease of a key out at a time (a check that finds its
+// lease being taken or given back waits for that call), and the check that
+// takes a lease spends its cost from it at once, so an instance holds at
+// most Lease.Tokens − 1 of a key, and L(t0) ≤ K × (Lease.Tokens − 1) with
+// K instances. From a moment when no lease is held (a new key, or one that
 // no instance checked for a TTL) L is 0: admissions never exceed those of
 // a plain bucket, burst + rate × elapsed. Over a window that starts while
 // leases are held they may exceed it by the tokens held then, at most
-// K × Lease.Tokens: tokens taken from the bucket earlier and spent in the
-// window while the bucket refilled behind them. That is the whole
+// K × (Lease.Tokens − 1): tokens taken from the bucket earlier and spent
+// in the window while the bucket refilled behind them. That is the whole
 // over-admission bound. (It is not rate × TTL: a lease given back is
 // taken again, so with two instances or more the leases held at once can
-// outgrow a TTL's refill; the property test found this.)
+// outgrow a TTL's refill.)
 //
 // The cost is under-admission, never over-admission: tokens that one
 // instance holds cannot be spent by another, so while instance A holds g
@@ -384,8 +387,10 @@ func (l *Leased) sweepEvery(ttl time.Duration) {
 // now = MaxInt64) and forgets the keys idle for a TTL that hold nothing.
 func (l *Leased) sweep(ctx context.Context, now int64) {
 	type back struct {
-		k leaseKey
-		n int64
+		k  leaseKey
+		e  *leaseEntry
+		n  int64
+		ch chan struct{}
 	}
 	var returns []back
 	for i := range l.shards {
@@ -395,10 +400,13 @@ func (l *Leased) sweep(ctx context.Context, now int64) {
 			e.mu.Lock()
 			if e.fetching == nil && now >= e.expires {
 				if e.tokens > 0 {
-					returns = append(returns, back{k, e.tokens})
-					e.tokens = 0
-				}
-				if now >= e.denied && (now == math.MaxInt64 || now-e.lastUse >= l.ttl) {
+					// The entry is busy until the tokens are back: a check
+					// waits rather than take a lease beside them, so an
+					// instance never has more than one lease of a key out.
+					b := back{k, e, e.tokens, make(chan struct{})}
+					e.tokens, e.fetching = 0, b.ch
+					returns = append(returns, b)
+				} else if now >= e.denied && (now == math.MaxInt64 || now-e.lastUse >= l.ttl) {
 					e.dead = true
 					delete(sh.m, k)
 				}
@@ -410,8 +418,18 @@ func (l *Leased) sweep(ctx context.Context, now int64) {
 	for _, b := range returns {
 		// An error loses the tokens: under-admission, at most a lease.
 		_, _ = l.take(ctx, b.k.key, sluice.Rule{Rate: b.k.rate, Burst: b.k.burst}, b.n, 0, 0)
+		b.e.mu.Lock()
+		b.e.fetching = nil
+		b.e.mu.Unlock()
+		close(b.ch)
 	}
 }
+
+// LeaseAhead is how many tokens of one bucket this instance may have
+// taken from Redis and not yet spent or given back: Lease.Tokens − 1 (a
+// lease is taken by a check, which spends its cost at once). The
+// resilient store's guard allows for it.
+func (l *Leased) LeaseAhead() int64 { return l.tokens - 1 }
 
 // takeLease is the taker of a Store: one call of lease.lua.
 func (s *Store) takeLease(ctx context.Context, key string, rule sluice.Rule, returned, want, cost int64) (leaseGrant, error) {

@@ -54,7 +54,9 @@
 //   - A guard. Every check this instance admits (the store allowed it, or
 //     the local bucket did) is also taken from an in-process bucket at the
 //     full rule, charged only with what this instance admitted, with a deadline's refill and one token of slack
-//     (its charges land later than the store's, by varying delays). One
+//     (its charges land later than the store's, by varying delays), and,
+//     in front of a store that leases tokens (redisstore.Leased), the
+//     tokens one lease may hold ahead (LeaseAhead). One
 //     instance alone never admits more than that, so when the guard lacks
 //     the tokens the store claims, the store
 //     has lost the bucket (an evicting Redis, a flush, a failover to a
@@ -302,6 +304,7 @@ type Store struct {
 	denials    *denialCache    // nil when disabled
 	local      *memstore.Store // the local bucket, at rate and burst ÷ instances
 	guard      *memstore.Store // what this instance admitted, at the full rule
+	ahead      int64           // tokens primary may hold ahead of the store (leases)
 	maxWait    time.Duration
 	lag        *schedLag
 	closeOnce  sync.Once
@@ -389,6 +392,9 @@ func New(primary sluice.Store, opts Options) *Store {
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	if l, ok := primary.(leaser); ok {
+		s.ahead = max(l.LeaseAhead(), 0)
+	}
 	s.lag = startSchedLag()
 	return s
 }
@@ -682,8 +688,14 @@ func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result,
 	return res, false
 }
 
+// leaser is a primary that takes leases of the shared buckets
+// (redisstore.Leased): it may admit LeaseAhead tokens of a key taken from
+// the store earlier, so the guard allows for them.
+type leaser interface{ LeaseAhead() int64 }
+
 // guardRules appends to buf the guard's rules: the rule with its burst
-// raised by a deadline's refill and one token. The guard charges a check
+// raised by a deadline's refill and one token, and by what a leasing
+// primary may hold ahead of the store. The guard charges a check
 // when its answer is back, later than the store decided it, by a delay
 // that differs from call to call: without the slack it would see less
 // refill than the store did and deny what the store rightly allowed.
@@ -696,7 +708,7 @@ func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
 			buf = append(buf, sluice.Rule{Rate: sluice.MaxRate, Burst: r.Burst})
 			continue
 		}
-		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1
+		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1 + min(s.ahead, r.Burst)
 		buf = append(buf, sluice.Rule{Rate: r.Rate, Burst: r.Burst + slack})
 	}
 	return buf
