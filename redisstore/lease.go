@@ -334,7 +334,7 @@ func (l *Leased) decide(ctx context.Context, e *leaseEntry, k leaseKey, r sluice
 		return res, false, err
 	}
 	done := l.now()
-	e.reset = done + g.reset*1000
+	e.reset = afterUs(done, g.reset)
 	if g.tokens > 0 {
 		// Spent within TTL of the call's start, so never more than TTL
 		// after Redis took them.
@@ -343,8 +343,8 @@ func (l *Leased) decide(ctx context.Context, e *leaseEntry, k leaseKey, r sluice
 	}
 	// Denied: not before cost is there, and until a whole lease is (at
 	// most a TTL), ask no more. The waits count from the call's start.
-	e.retry = now + g.wait*1000
-	e.denied = max(e.retry, now+min(g.waitLease*1000, l.ttl))
+	e.retry = afterUs(now, g.wait)
+	e.denied = max(e.retry, now+min(afterUs(0, g.waitLease), l.ttl))
 	e.retry = e.denied
 	res = l.denial(e, r, done)
 	if left := int64(math.Floor(g.left + 1e-9)); left > 0 {
@@ -356,6 +356,15 @@ func (l *Leased) decide(ctx context.Context, e *leaseEntry, k leaseKey, r sluice
 // denial is the answer of a check that e denies at now.
 func (l *Leased) denial(e *leaseEntry, r sluice.Rule, now int64) sluice.Result {
 	return sluice.Result{Limit: r.Burst, RetryAfter: untilNs(e.retry, now), ResetAfter: untilNs(e.reset, now), DecidedBy: sluice.ByDenialCache}
+}
+
+// afterUs is t plus us µs in ns, saturating: a wait of a rule near
+// MaxRefillTime, or of debt, is no reason to wrap around.
+func afterUs(t, us int64) int64 {
+	if us >= (math.MaxInt64-t)/1000 {
+		return math.MaxInt64
+	}
+	return t + us*1000
 }
 
 // untilNs is the time from now to t, rounded up to the microsecond, and
