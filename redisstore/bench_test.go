@@ -75,23 +75,7 @@ func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store,
 	for _, srv := range servers {
 		srv.ResetStats(b)
 	}
-	var next atomic.Int64
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for g := 0; g < callers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				if _, err := rs.Check(ctx, sluice.Request{Key: keys[i%int64(len(keys))], Cost: 1, Rules: rules}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
+	hammer(b, rs, keys, rules, callers)
 	var usec, calls float64
 	for _, srv := range servers {
 		for name, st := range srv.CommandStats(b) {
@@ -142,23 +126,7 @@ func BenchmarkHotKeyLease(b *testing.B) {
 
 func benchHot(b *testing.B, srv *redistest.Server, st sluice.Store, rules []sluice.Rule, callers int) {
 	srv.ResetStats(b)
-	var next atomic.Int64
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				if _, err := st.Check(ctx, sluice.Request{Key: "hot", Cost: 1, Rules: rules}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
+	hammer(b, st, []string{"hot"}, rules, callers)
 	var calls float64
 	for name, st := range srv.CommandStats(b) {
 		if name == "evalsha" || name == "eval" {
@@ -167,4 +135,26 @@ func benchHot(b *testing.B, srv *redistest.Server, st sluice.Store, rules []slui
 	}
 	b.ReportMetric(calls/float64(b.N), "scripts/check")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// hammer makes b.N checks of cost 1 through callers goroutines, the i-th
+// of keys[i % len(keys)], timed.
+func hammer(b *testing.B, st sluice.Store, keys []string, rules []sluice.Rule, callers int) {
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := st.Check(ctx, sluice.Request{Key: keys[i%int64(len(keys))], Cost: 1, Rules: rules}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
 }

@@ -80,21 +80,28 @@ type fixedClock struct {
 
 func (c *fixedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 
+// leasedAtFixedClock starts a redis-server and returns a Store on it at a
+// fixed client clock, and a Leased store of leases of tokens on that.
+func leasedAtFixedClock(t *testing.T, tokens int64) (*redistest.Server, *fixedClock, *redisstore.Store, *redisstore.Leased) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	clock := &fixedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rs := redisstore.New(client, redisstore.Options{Now: clock.Now})
+	ls, err := redisstore.NewLeased(rs, redisstore.Lease{Tokens: tokens, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, clock, rs, ls
+}
+
 // TestLeasedDecidesLocally: with the Redis clock standing still, a lease
 // of 5 answers 5 checks in one script; once the bucket is spent, denials
 // are answered locally (ByDenialCache) with one script for all of them; a
 // plain check of the key sees what the lease took; Close gives back what
 // is left.
 func TestLeasedDecidesLocally(t *testing.T) {
-	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
-	clock := &fixedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rs := redisstore.New(client, redisstore.Options{Now: clock.Now})
-	ls, err := redisstore.NewLeased(rs, redisstore.Lease{Tokens: 5, TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, clock, rs, ls := leasedAtFixedClock(t, 5)
 	rules := []sluice.Rule{{Rate: 1, Burst: 12}}
 	req := sluice.Request{Key: "k", Cost: 1, Rules: rules}
 	if _, err := ls.Check(ctx, sluice.Request{Key: "warm", Cost: 1, Rules: rules}); err != nil { // loads the script
@@ -316,15 +323,7 @@ func ExampleNewLeased() {
 // rightly (every one was taken from the bucket): resilient's guard, which
 // denies what one instance could not have been given, allows for a lease.
 func TestLeasedGuardAllowsForTheLease(t *testing.T) {
-	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
-	clock := &fixedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rs := redisstore.New(client, redisstore.Options{Now: clock.Now})
-	ls, err := redisstore.NewLeased(rs, redisstore.Lease{Tokens: 10, TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, clock, _, ls := leasedAtFixedClock(t, 10)
 	defer ls.Close()
 	st := resilient.New(ls, resilient.Options{Timeout: time.Second})
 	defer st.Close()
