@@ -438,7 +438,13 @@ func (l *Leased) sweep(ctx context.Context, now int64) {
 // taken from Redis and not yet spent or given back: Lease.Tokens − 1 (a
 // lease is taken by a check, which spends its cost at once). The
 // resilient store's guard allows for it.
-func (l *Leased) LeaseAhead() int64 { return l.tokens - 1 }
+func (l *Leased) LeaseAhead(context.Context) int64 { return l.tokens - 1 }
+
+// Inspect is the Store's: the bucket in Redis, without what the leases
+// of any instance hold.
+func (l *Leased) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
+	return l.store.Inspect(ctx, key, rules)
+}
 
 // takeLease is the taker of a Store: one call of lease.lua.
 func (s *Store) takeLease(ctx context.Context, key string, rule sluice.Rule, returned, want, cost int64) (leaseGrant, error) {
