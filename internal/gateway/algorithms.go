@@ -46,13 +46,14 @@ func withAlgorithm(ctx context.Context, p *httplimit.Policy) context.Context {
 }
 
 func (a *algorithms) pick(ctx context.Context) sluice.Store {
-	if l, ok := ctx.Value(leaseKey{}).(redisstore.Lease); ok && a.redis != nil {
-		if st := a.leased(l); st != nil {
+	if name, ok := ctx.Value(algorithmKey{}).(string); ok {
+		if st := a.others[name]; st != nil {
 			return st
 		}
 	}
-	if name, ok := ctx.Value(algorithmKey{}).(string); ok {
-		if st := a.others[name]; st != nil {
+	// A lease is of the token bucket's buckets: only its checks lease.
+	if l, ok := ctx.Value(leaseKey{}).(redisstore.Lease); ok && a.redis != nil {
+		if st := a.leased(l); st != nil {
 			return st
 		}
 	}
