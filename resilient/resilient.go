@@ -690,7 +690,9 @@ func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result,
 // (redisstore.Leased): the checks made with ctx may admit LeaseAhead(ctx)
 // tokens of a key taken from the store earlier, so the guard allows for
 // them.
-type leaser interface{ LeaseAhead(ctx context.Context) int64 }
+type leaser interface {
+	LeaseAhead(ctx context.Context) int64
+}
 
 // guardRules appends to buf the guard's rules: the rule with its burst
 // raised by a deadline's refill and one token, and by what a leasing
