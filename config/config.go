@@ -50,6 +50,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // Config is one gateway configuration. Load fills it from a file and
@@ -188,9 +189,21 @@ type Policy struct {
 	Overrides     []Override    `yaml:"overrides"`
 	Key           Key           `yaml:"key"`   // global, or attributes such as [{header: X-Tenant}] (key.go)
 	Plans         Plans         `yaml:"plans"` // authenticated rules by plan (plans.go)
+	Lease         *Lease        `yaml:"lease"` // leases of a key's tokens from Redis (store.type redis, token_bucket)
 
 	parsed parsedPolicy // its rules and on_error, parsed by Load (validate.go)
 }
+
+// Lease is a policy's opt-in to leases (redisstore.Lease): each instance
+// takes Tokens of a key at once from the Redis bucket and decides locally
+// until they are spent or TTL has passed.
+type Lease struct {
+	Tokens int64         `yaml:"tokens"`
+	TTL    time.Duration `yaml:"ttl"`
+}
+
+// RedisLease is l as the Redis store takes it.
+func (l Lease) RedisLease() redisstore.Lease { return redisstore.Lease{Tokens: l.Tokens, TTL: l.TTL} }
 
 // Rule is one token bucket as written: a rate such as 10/s and a burst;
 // or a calendar quota such as 100000/month (quota.go).

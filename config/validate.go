@@ -431,6 +431,7 @@ func (v *validator) policies() {
 		v.logBounds(at, p)
 		v.key(at, p)
 		v.quotaAlgorithm(at, p)
+		v.lease(at+".lease", p)
 		seen := make(map[string]int)
 		for j := range p.Overrides {
 			o := &p.Overrides[j]
@@ -537,4 +538,27 @@ func (v *validator) rules(field string, rules []Rule, cost int64) []sluice.Rule 
 		return nil
 	}
 	return parsed
+}
+
+// lease checks a policy's lease: the Redis store's bounds, and what a
+// lease can decide (token bucket checks, never a reservation).
+func (v *validator) lease(at string, p *Policy) {
+	l := p.Lease
+	if l == nil {
+		return
+	}
+	switch {
+	case v.c.Store.Type != "redis":
+		v.fail(at, "needs store.type: redis; the memory store decides in process already")
+	case p.Algorithm != "token_bucket":
+		v.fail(at, "needs algorithm: token_bucket, not %s", p.Algorithm)
+	case p.MaxDelay > 0:
+		v.fail(at, "a reservation (max_delay: %v) is never decided from a lease; want max_delay: 0s, or no lease", p.MaxDelay)
+	}
+	if l.Tokens < 1 || l.Tokens > redisstore.MaxLeaseTokens {
+		v.fail(at+".tokens", "%d: want 1 to %d tokens taken at once", l.Tokens, redisstore.MaxLeaseTokens)
+	}
+	if l.TTL < redisstore.MinLeaseTTL || l.TTL > redisstore.MaxLeaseTTL {
+		v.fail(at+".ttl", "%v: want %v to %v", l.TTL, redisstore.MinLeaseTTL, redisstore.MaxLeaseTTL)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -74,23 +75,7 @@ func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store,
 	for _, srv := range servers {
 		srv.ResetStats(b)
 	}
-	var next atomic.Int64
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for g := 0; g < callers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				if _, err := rs.Check(ctx, sluice.Request{Key: keys[i%int64(len(keys))], Cost: 1, Rules: rules}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
+	hammer(b, rs, keys, rules, callers)
 	var usec, calls float64
 	for _, srv := range servers {
 		for name, st := range srv.CommandStats(b) {
@@ -105,4 +90,71 @@ func benchCheck(b *testing.B, servers []*redistest.Server, rs *redisstore.Store,
 		b.ReportMetric(float64(b.N)/calls, "checks/call")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// BenchmarkHotKeyLease compares, on one hot key at 1 to 128 callers, the
+// plain store (a script a check), the coalesced one (a script a batch)
+// and leases of 100 tokens (a script a lease): checks a second, and Redis
+// scripts a check from INFO commandstats. The rule admits everything, so
+// every lease is spent.
+func BenchmarkHotKeyLease(b *testing.B) {
+	srv := redistest.Start(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 160})
+	defer client.Close()
+	rules := []sluice.Rule{{Rate: sluice.MaxRate, Burst: sluice.MaxBurst}}
+	for _, callers := range []int{1, 8, 32, 128} {
+		b.Run(fmt.Sprintf("callers=%d/plain", callers), func(b *testing.B) {
+			benchHot(b, srv, redisstore.New(client, redisstore.Options{DisableCoalescing: true}), rules, callers)
+		})
+		b.Run(fmt.Sprintf("callers=%d/coalesced", callers), func(b *testing.B) {
+			rs := redisstore.New(client, redisstore.Options{})
+			defer rs.Close()
+			benchHot(b, srv, rs, rules, callers)
+		})
+		b.Run(fmt.Sprintf("callers=%d/lease", callers), func(b *testing.B) {
+			rs := redisstore.New(client, redisstore.Options{})
+			defer rs.Close()
+			ls, err := redisstore.NewLeased(rs, redisstore.Lease{Tokens: 100, TTL: 100 * time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ls.Close()
+			benchHot(b, srv, ls, rules, callers)
+		})
+	}
+}
+
+func benchHot(b *testing.B, srv *redistest.Server, st sluice.Store, rules []sluice.Rule, callers int) {
+	srv.ResetStats(b)
+	hammer(b, st, []string{"hot"}, rules, callers)
+	var calls float64
+	for name, st := range srv.CommandStats(b) {
+		if name == "evalsha" || name == "eval" {
+			calls += float64(st.Calls)
+		}
+	}
+	b.ReportMetric(calls/float64(b.N), "scripts/check")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+}
+
+// hammer makes b.N checks of cost 1 through callers goroutines, the i-th
+// of keys[i % len(keys)], timed.
+func hammer(b *testing.B, st sluice.Store, keys []string, rules []sluice.Rule, callers int) {
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := st.Check(ctx, sluice.Request{Key: keys[i%int64(len(keys))], Cost: 1, Rules: rules}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
 }

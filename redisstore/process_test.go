@@ -51,6 +51,8 @@ func TestHelperProcess(t *testing.T) {
 		Coalesce bool
 		Keys     []string
 		StartAt  int64
+		Rule     sluice.Rule
+		Lease    *redisstore.Lease
 	}
 	if err := json.Unmarshal([]byte(spec), &args); err != nil {
 		t.Fatal(err)
@@ -68,6 +70,16 @@ func TestHelperProcess(t *testing.T) {
 	}
 	rs := redisstore.New(client, opts)
 	defer rs.Close()
+	var store sluice.Store = rs
+	rules := sharedRule
+	if args.Lease != nil {
+		ls, err := redisstore.NewLeased(rs, *args.Lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Close()
+		store, rules = ls, []sluice.Rule{args.Rule}
+	}
 	time.Sleep(time.Until(time.UnixMicro(args.StartAt)))
 
 	rep := helperReport{Admitted: map[string]int64{}, Start: time.Now().UnixMicro()}
@@ -82,7 +94,7 @@ func TestHelperProcess(t *testing.T) {
 			var checks, errs int64
 			for i := g; time.Now().Before(deadline); i++ {
 				key := args.Keys[i%len(args.Keys)]
-				r, err := rs.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: sharedRule})
+				r, err := store.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
 				checks++
 				if err != nil {
 					errs++
@@ -111,10 +123,15 @@ func TestHelperProcess(t *testing.T) {
 // combined admissions per key and the span from the first check to the last.
 func runProcesses(t *testing.T, addrs []string, cluster, coalesce bool, keys []string) (map[string]int64, time.Duration, int64) {
 	t.Helper()
-	spec, _ := json.Marshal(map[string]any{
-		"Addrs": addrs, "Cluster": cluster, "Coalesce": coalesce, "Keys": keys,
-		"StartAt": time.Now().Add(2 * time.Second).UnixMicro(), // all children start together
-	})
+	return runChildren(t, map[string]any{"Addrs": addrs, "Cluster": cluster, "Coalesce": coalesce, "Keys": keys})
+}
+
+// runChildren is runProcesses with the children's arguments in args
+// (those of TestHelperProcess); it sets StartAt.
+func runChildren(t *testing.T, args map[string]any) (map[string]int64, time.Duration, int64) {
+	t.Helper()
+	args["StartAt"] = time.Now().Add(2 * time.Second).UnixMicro() // all children start together
+	spec, _ := json.Marshal(args)
 	type child struct {
 		cmd *exec.Cmd
 		out bytes.Buffer
@@ -167,9 +184,8 @@ func runProcesses(t *testing.T, addrs []string, cluster, coalesce bool, keys []s
 // machine stalls callers, and a stalled bucket fills up and wastes tokens,
 // so the lower side is loose on purpose). Neither needs the machine to be
 // fast: the rule is far below what even a loaded one asks.
-func assertBound(t *testing.T, key string, admitted, asked int64, elapsed time.Duration) {
+func assertBound(t *testing.T, key string, r sluice.Rule, admitted, asked int64, elapsed time.Duration) {
 	t.Helper()
-	r := sharedRule[0]
 	upper := float64(r.Burst) + r.Rate*elapsed.Seconds() + 1
 	t.Logf("key %s: admitted %d of %d over %v (%.0f checks a second); bound %.0f",
 		key, admitted, asked, elapsed.Round(time.Millisecond), float64(asked)/elapsed.Seconds(), upper)
@@ -188,7 +204,7 @@ func TestProcessesShareOneLimit(t *testing.T) {
 			srv := redistest.Start(t)
 			admitted, elapsed, checks := runProcesses(t, []string{srv.Addr()}, false, coalesce, []string{"one-key"})
 			t.Logf("%d processes × %d goroutines made %d checks", processes, goroutines, checks)
-			assertBound(t, "one-key", admitted["one-key"], checks, elapsed)
+			assertBound(t, "one-key", sharedRule[0], admitted["one-key"], checks, elapsed)
 		})
 	}
 }
@@ -218,6 +234,6 @@ func processesOnACluster(t *testing.T, coalesce bool) {
 	admitted, elapsed, checks := runProcesses(t, cluster.Addrs(), true, coalesce, keys)
 	t.Logf("%d processes × %d goroutines made %d checks over 3 masters", processes, goroutines, checks)
 	for _, k := range keys {
-		assertBound(t, k, admitted[k], checks/int64(len(keys)), elapsed)
+		assertBound(t, k, sharedRule[0], admitted[k], checks/int64(len(keys)), elapsed)
 	}
 }

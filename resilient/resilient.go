@@ -54,7 +54,9 @@
 //   - A guard. Every check this instance admits (the store allowed it, or
 //     the local bucket did) is also taken from an in-process bucket at the
 //     full rule, charged only with what this instance admitted, with a deadline's refill and one token of slack
-//     (its charges land later than the store's, by varying delays). One
+//     (its charges land later than the store's, by varying delays), and,
+//     in front of a store that leases tokens (redisstore.Leased), the
+//     tokens one lease may hold ahead (LeaseAhead). One
 //     instance alone never admits more than that, so when the guard lacks
 //     the tokens the store claims, the store
 //     has lost the bucket (an evicting Redis, a flush, a failover to a
@@ -311,6 +313,7 @@ type Store struct {
 	denials    *denialCache    // nil when disabled
 	local      *memstore.Store // the local bucket, at rate and burst ÷ instances
 	guard      *memstore.Store // what this instance admitted, at the full rule
+	leaser     leaser          // primary, when it takes leases of the buckets
 	maxWait    time.Duration
 	lag        *schedLag
 	closeOnce  sync.Once
@@ -398,6 +401,7 @@ func New(primary sluice.Store, opts Options) *Store {
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
+	s.leaser, _ = primary.(leaser)
 	s.lag = startSchedLag()
 	return s
 }
@@ -599,7 +603,7 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 				// through the store must not leave them stricter.
 				var buf [sluice.MaxRules]sluice.Rule
 				_, _ = s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
-				_, _ = s.guard.Adjust(ctx, key, delta, s.guardRules(buf[:0], rules))
+				_, _ = s.guard.Adjust(ctx, key, delta, s.guardRules(ctx, buf[:0], rules))
 			}
 			return res, err
 		}
@@ -682,7 +686,7 @@ var errForgotten = errors.New("resilient: the store allowed more than this insta
 // store forgot the bucket. It returns the guard's denial and false then.
 func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result, bool) {
 	var buf [sluice.MaxRules]sluice.Rule
-	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules)}
+	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(ctx, buf[:0], req.Rules)}
 	res, err := s.guard.Check(ctx, g)
 	if err != nil || res.Allowed {
 		return sluice.Result{}, true
@@ -691,12 +695,25 @@ func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result,
 	return res, false
 }
 
+// leaser is a primary that takes leases of the shared buckets
+// (redisstore.Leased): the checks made with ctx may admit LeaseAhead(ctx)
+// tokens of a key taken from the store earlier, so the guard allows for
+// them.
+type leaser interface {
+	LeaseAhead(ctx context.Context) int64
+}
+
 // guardRules appends to buf the guard's rules: the rule with its burst
-// raised by a deadline's refill and one token. The guard charges a check
+// raised by a deadline's refill and one token, and by what a leasing
+// primary may hold ahead of the store. The guard charges a check
 // when its answer is back, later than the store decided it, by a delay
 // that differs from call to call: without the slack it would see less
 // refill than the store did and deny what the store rightly allowed.
-func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
+func (s *Store) guardRules(ctx context.Context, buf, rules []sluice.Rule) []sluice.Rule {
+	var ahead int64
+	if s.leaser != nil {
+		ahead = max(s.leaser.LeaseAhead(ctx), 0)
+	}
 	for _, r := range rules {
 		if r.Period != sluice.Rolling {
 			// A calendar quota is not guarded: this clock and the store's
@@ -705,7 +722,7 @@ func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
 			buf = append(buf, sluice.Rule{Rate: sluice.MaxRate, Burst: r.Burst})
 			continue
 		}
-		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1
+		slack := int64(math.Ceil(r.Rate*s.timeout.Seconds())) + 1 + min(ahead, r.Burst)
 		buf = append(buf, sluice.Rule{Rate: r.Rate, Burst: r.Burst + slack})
 	}
 	return buf

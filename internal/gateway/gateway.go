@@ -48,6 +48,7 @@ import (
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
 )
 
@@ -189,6 +190,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		_ = client.Close()
 		return err
 	}
+	all.redis = raw // policies with a lease: (config.Lease) take leases of its buckets
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
@@ -244,8 +246,18 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Overrides = g.overrides
 	opts.Tracer = g.tracer
 	if g.resilient {
+		leases := map[string]redisstore.Lease{} // by policy name
+		for _, p := range cfg.Policies {
+			if p.Lease != nil {
+				leases[p.Name] = p.Lease.RedisLease()
+			}
+		}
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
-			return onErrorContext(withAlgorithm(ctx, p), p)
+			ctx = onErrorContext(withAlgorithm(ctx, p), p)
+			if l, ok := leases[p.Name]; ok {
+				ctx = withLease(ctx, l)
+			}
+			return ctx
 		}
 	}
 	lim, err := httplimit.New(opts)
