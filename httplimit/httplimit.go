@@ -159,7 +159,10 @@ type Policy struct {
 
 	// OnError applies when the store fails: FailLocal (the zero value)
 	// asks Options.Fallback first, FailOpen serves, FailClosed answers
-	// 503.
+	// 503. With Options.StoreOnError, every store call of the policy
+	// carries it in sluice.Request.OnError (FailLocal when Local is set),
+	// so that a store that decides failures itself (package resilient)
+	// decides them by the policy's on_error.
 	OnError OnError
 
 	// Local asks Options.Fallback first whatever OnError says; when the
@@ -173,8 +176,9 @@ type Policy struct {
 	Key Key
 
 	// Algorithm names the policy's algorithm (see package algo) for a
-	// Store that serves several: the gateway's store reads it from the
-	// context that Options.StoreContext derives. Empty: the token bucket.
+	// Store that serves several (algo.Router): every store call of the
+	// policy carries it in sluice.Request.Algorithm. Empty: the token
+	// bucket.
 	Algorithm string
 
 	// CountDenied counts a denied request's cost too, in the same store
@@ -241,9 +245,22 @@ type Options struct {
 
 	Fallback Fallback
 
+	// StoreOnError passes each policy's OnError to the store: every store
+	// call of the policy carries it in sluice.Request.OnError (FailLocal
+	// when the policy sets Local), so that a store that decides failures
+	// itself (package resilient) decides them by the policy's on_error
+	// and not by its own default. Unset, the requests name no failure
+	// policy and such a store decides by its own. The gateway sets it.
+	StoreOnError bool
+
 	// StoreContext, when set, derives the context of every store call of a
-	// request under policy, for stores that read per-policy settings from
-	// it (resilient.WithOnError carries a policy's on_error).
+	// request under policy.
+	//
+	// Deprecated: a policy's choices for its store travel in its
+	// sluice.Requests (Algorithm and CountDenied always, OnError with
+	// StoreOnError), and no store of this module reads a context value.
+	// StoreContext still derives the contexts, for a store of one's own
+	// that reads them.
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
 	// StoreTimeout, when positive, is the deadline of every store call, so
@@ -297,6 +314,7 @@ type Limiter struct {
 	shadowLog logLimiter
 	wait      func(context.Context, time.Duration) bool // tests replace it
 	timeout   time.Duration
+	onError   bool // Options.StoreOnError
 	storeCtx  func(context.Context, *Policy) context.Context
 	allow     allowlist
 	tracer    trace.Tracer // nil: no spans
@@ -347,6 +365,7 @@ func New(opts Options) (*Limiter, error) {
 		log:       opts.Logger,
 		wait:      wait,
 		timeout:   opts.StoreTimeout,
+		onError:   opts.StoreOnError,
 		storeCtx:  opts.StoreContext,
 		allow:     compileAllowlist(opts.Allowlist),
 		tracer:    opts.Tracer,
@@ -874,8 +893,36 @@ func withPath(r *http.Request, p string) *http.Request {
 	return &r2
 }
 
+// onErrors holds one of each failure policy, for the store requests to
+// point to (sluice.Request.OnError): no allocation per request, and no
+// pointer into a policy that a store could write through.
+var onErrors = [...]OnError{FailLocal: FailLocal, FailOpen: FailOpen, FailClosed: FailClosed}
+
+// storeOnError returns the failure policy that p's store requests carry:
+// Local when the Fallback decides first, else p's OnError.
+func (p *policy) storeOnError() *OnError {
+	if p.local {
+		return &onErrors[FailLocal]
+	}
+	if int(p.OnError) < len(onErrors) {
+		return &onErrors[p.OnError]
+	}
+	return nil // not a failure policy: the store's own
+}
+
+// storeRequest returns req with p's choices for its store: its algorithm
+// and, with Options.StoreOnError, its failure policy.
+func (l *Limiter) storeRequest(p *policy, req sluice.Request) sluice.Request {
+	req.Algorithm = p.Algorithm
+	if l.onError {
+		req.OnError = p.storeOnError()
+	}
+	return req
+}
+
 // check asks the store, timing it.
 func (l *Limiter) check(ctx context.Context, p *policy, req sluice.Request) (sluice.Result, error) {
+	req = l.storeRequest(p, req)
 	if l.storeCtx != nil {
 		ctx = l.storeCtx(ctx, &p.Policy)
 	}
@@ -919,7 +966,7 @@ func (l *Limiter) adjust(ctx context.Context, p *policy, key string, delta int64
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	res, err := l.store.Adjust(ctx, key, delta, rules)
+	res, err := l.store.Adjust(ctx, l.storeRequest(p, sluice.Request{Key: key, Rules: rules}), delta)
 	l.metrics.Observe(decide.OpAdjust, time.Since(start), err)
 	if err != nil {
 		l.logStoreError(p, err, "adjust skipped")

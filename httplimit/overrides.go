@@ -203,7 +203,7 @@ func (l *Limiter) Usage(ctx context.Context, policyName string, caller Caller) (
 	if l.storeCtx != nil {
 		ctx = l.storeCtx(ctx, &p.Policy)
 	}
-	u.Results, err = ins.Inspect(ctx, key, rs.Rules)
+	u.Results, err = ins.Inspect(ctx, l.storeRequest(p, sluice.Request{Key: key, Rules: rs.Rules}))
 	return u, err
 }
 

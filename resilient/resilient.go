@@ -32,8 +32,9 @@
 //     allows takes its tokens from the local bucket too (when it has them),
 //     so the local bucket starts where this instance's traffic left it,
 //     never full after a failover; Open lets it through; Closed
-//     returns an error wrapping ErrUnavailable (HTTP: 503). WithOnError
-//     overrides the policy for one request, for per-policy settings.
+//     returns an error wrapping ErrUnavailable (HTTP: 503). A request's own
+//     OnError (sluice.Request.OnError: a policy's on_error) overrides
+//     Options.OnError for that request.
 //
 //   - A circuit breaker. After FailureThreshold consecutive failures (5)
 //     it opens: the store is not called at all and a check costs no store
@@ -140,14 +141,6 @@ var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
 // ParseMode is sluice.ParseOnError.
 func ParseMode(s string) (Mode, error) { return sluice.ParseOnError(s) }
 
-type modeKey struct{}
-
-// WithOnError returns a context whose checks are decided by mode when the
-// store fails, overriding Options.OnError: a policy's own on_error.
-func WithOnError(ctx context.Context, mode Mode) context.Context {
-	return context.WithValue(ctx, modeKey{}, mode)
-}
-
 // Source says who decided a check.
 type Source uint8
 
@@ -201,8 +194,8 @@ func (d Decision) ByFailurePolicy() bool { return d.Source >= FromOpen }
 // queue wait of one second, breaker after 5 failures probing every second,
 // a denial cache of 65,536 keys, no metrics, logs to slog.Default().
 type Options struct {
-	// OnError is the failure policy when the context names none
-	// (WithOnError). The zero value is Local.
+	// OnError is the failure policy of a request that names none
+	// (sluice.Request.OnError nil). The zero value is Local.
 	OnError Mode
 
 	// MaxInFlight bounds the calls to the wrapped store at once. Keep it
@@ -552,13 +545,15 @@ func (s *Store) acquire(ctx context.Context, now int64) error {
 	return ErrBusy
 }
 
-// Adjust charges (delta > 0) or refunds (delta < 0) key's buckets in the
-// wrapped store, within the deadline. When the store fails: Local applies
+// Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets
+// under req.Rules in the wrapped store, within the deadline. When the store fails: Local applies
 // it to the local bucket, Open drops the adjustment and reports success,
 // Closed returns an error wrapping ErrUnavailable. When the store is busy
 // the local bucket takes it, whatever the policy. A refund forgets any
-// remembered denial of key for rules.
-func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+// remembered denial of the key for the rules. The failure policy is the
+// request's OnError, else Options.OnError.
+func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}
@@ -577,10 +572,10 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			}
 			s.metrics.busyDecisions.Inc()
 			s.busyLog.note(s.clock(), "local", err, ReasonBusy)
-			return s.adjustLocally(ctx, key, delta, rules)
+			return s.adjustLocally(ctx, req, delta)
 		}
 		sent := s.clock()
-		res, err := s.call(ctx, b, sent, adjustJob(key, delta, rules))
+		res, err := s.call(ctx, b, sent, adjustJob(req, delta))
 		end := s.clock()
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)
@@ -589,8 +584,8 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 				// The local buckets take the adjustment too: a refund
 				// through the store must not leave them stricter.
 				var buf [sluice.MaxRules]sluice.Rule
-				_, _ = s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
-				_, _ = s.guard.Adjust(ctx, key, delta, s.guardRules(buf[:0], rules))
+				_, _ = s.local.Adjust(ctx, sluice.Request{Key: key, Rules: s.localRules(buf[:0], rules, 0)}, delta)
+				_, _ = s.guard.Adjust(ctx, sluice.Request{Key: key, Rules: s.guardRules(buf[:0], rules)}, delta)
 			}
 			return res, err
 		}
@@ -602,27 +597,27 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			b.abandon(probe, end)
 			s.metrics.busyDecisions.Inc()
 			s.busyLog.note(end, "local", err, reason)
-			return s.adjustLocally(ctx, key, delta, rules)
+			return s.adjustLocally(ctx, req, delta)
 		}
 		s.metrics.observeCall(end-sent, reason)
 		b.failure(probe, end, reason)
 		cause = err
 	}
-	mode := s.modeFor(ctx)
+	mode := s.modeFor(&req)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
 	case Closed:
 		return sluice.Result{}, unavailable(cause)
 	case Local:
-		return s.adjustLocally(ctx, key, delta, rules)
+		return s.adjustLocally(ctx, req, delta)
 	}
 	return fullResult(rules, 0), nil
 }
 
-func (s *Store) adjustLocally(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (s *Store) adjustLocally(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	var buf [sluice.MaxRules]sluice.Rule
-	res, err := s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+	res, err := s.local.Adjust(ctx, sluice.Request{Key: req.Key, Rules: s.localRules(buf[:0], req.Rules, 0)}, delta)
 	res.DecidedBy = sluice.ByLocal
 	return res, err
 }
@@ -630,7 +625,7 @@ func (s *Store) adjustLocally(ctx context.Context, key string, delta int64, rule
 // fallback decides req by the failure policy after the store failed with
 // cause (or was not called: ErrCircuitOpen).
 func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
-	mode := s.modeFor(ctx)
+	mode := s.modeFor(&req)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
@@ -731,9 +726,11 @@ type answer struct {
 	err error
 }
 
-func (s *Store) modeFor(ctx context.Context) Mode {
-	if m, ok := ctx.Value(modeKey{}).(Mode); ok && int(m) < len(modeNames) {
-		return m
+// modeFor returns the failure policy of req: its own OnError when it
+// names a known one, else Options.OnError.
+func (s *Store) modeFor(req *sluice.Request) Mode {
+	if m := req.OnError; m != nil && int(*m) < len(modeNames) {
+		return *m
 	}
 	return s.mode
 }
