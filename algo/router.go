@@ -40,7 +40,10 @@ func NewRouter(tokenBucket sluice.Store, others ...Store) (*Router, error) {
 			return nil, errors.New("algo: NewRouter: a nil store")
 		}
 		name := st.Algorithm()
-		if _, dup := r.others[name]; dup || name == TokenBucket || name == "" {
+		if name == "" {
+			return nil, errors.New("algo: NewRouter: a store that names no algorithm")
+		}
+		if _, dup := r.others[name]; dup || name == TokenBucket {
 			return nil, fmt.Errorf("algo: NewRouter: two stores of algorithm %q", name)
 		}
 		r.others[name] = st
