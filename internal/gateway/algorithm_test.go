@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,5 +77,40 @@ func TestUntrustedRedisCertificateFailsAtStart(t *testing.T) {
 	}
 	if code, _ := status(t, traffic.URL+"/"); code != 429 {
 		t.Fatalf("second request over TLS: %d, want 429", code)
+	}
+}
+
+// A policy's algorithm reaches the store that keeps it (through the
+// request, algo.Router): a sliding log of 2 per 2 h refuses a third request
+// until the first leaves its window, nearly 2 h, where a token bucket of
+// the same rule (1/h, burst 2) would have a token back within the hour.
+func TestPolicyAlgorithmReachesItsStore(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := map[string]string{
+		"memory": "",
+		"redis":  fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: 500ms}\n", srv.URL()),
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			_, traffic, _ := newGateway(t, store+`policies:
+  - {name: log, match: /l/, algorithm: sliding_log, anonymous: [{rate: 1/h, burst: 2}]}
+`)
+			var resp *http.Response
+			for range 3 {
+				r, err := http.Get(traffic.URL + "/l/x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Body.Close()
+				resp = r
+			}
+			retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if resp.StatusCode != http.StatusTooManyRequests || err != nil {
+				t.Fatalf("third request: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			if retry <= 3600 {
+				t.Errorf("Retry-After %ds: a token bucket's answer (at most 3600s), not the sliding log's (nearly 7200s)", retry)
+			}
+		})
 	}
 }
