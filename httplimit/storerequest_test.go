@@ -98,3 +98,54 @@ func TestStoreChoicesTravelInTheRequest(t *testing.T) {
 		})
 	}
 }
+
+type policyKey struct{}
+
+// contextLog is a store that notes the policy name a context carries.
+type contextLog struct {
+	requestLog
+	seen []any
+}
+
+func (s *contextLog) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	s.seen = append(s.seen, ctx.Value(policyKey{}))
+	return s.Store.Check(ctx, req)
+}
+
+func (s *contextLog) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	s.seen = append(s.seen, ctx.Value(policyKey{}))
+	return s.Store.Adjust(ctx, req, delta)
+}
+
+func (s *contextLog) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s.seen = append(s.seen, ctx.Value(policyKey{}))
+	return s.Store.Inspect(ctx, req)
+}
+
+// The deprecated Options.StoreContext still derives the context of every
+// store call.
+func TestStoreContextStillDerivesTheContexts(t *testing.T) {
+	ctx := context.Background()
+	ms := memstore.New(memstore.Options{})
+	t.Cleanup(func() { ms.Close() })
+	store := &contextLog{requestLog: requestLog{Store: ms}}
+	l, err := New(Options{Store: store, Policies: []Policy{{Name: "api", Anonymous: rule(1, 5)}},
+		StoreContext: func(ctx context.Context, p *Policy) context.Context {
+			return context.WithValue(ctx, policyKey{}, p.Name)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Check(ctx, "api", "u", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Usage(ctx, "api", Caller{ID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reset(ctx, "api", "u"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []any{"api", "api", "api"}; !slices.Equal(store.seen, want) {
+		t.Errorf("the store's contexts carried %v, want %v", store.seen, want)
+	}
+}
