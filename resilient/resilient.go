@@ -445,7 +445,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	if s.denials != nil {
 		var res sluice.Result
 		var hit bool
-		if res, hit, remembered = s.denials.lookup(req, now); hit {
+		if res, hit, remembered = s.denials.lookup(&req, now); hit {
 			s.metrics.denialHits.Inc()
 			res.DecidedBy = sluice.ByDenialCache
 			return res, s.decided(Decision{Source: FromDenialCache, Key: req.Key}), nil
@@ -460,13 +460,13 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	probe, ok := b.allow(now)
 	if !ok {
 		forget()
-		return s.fallback(ctx, req, ErrCircuitOpen, ReasonCircuitOpen)
+		return s.fallback(ctx, &req, ErrCircuitOpen, ReasonCircuitOpen)
 	}
 	if err := s.acquire(ctx, now); err != nil {
 		b.abandon(probe, s.clock())
 		forget()
 		if err == ErrBusy {
-			return s.busy(ctx, req, err)
+			return s.busy(ctx, &req, err)
 		}
 		return sluice.Result{}, Decision{Key: req.Key}, err // the caller gave up
 	}
@@ -485,11 +485,11 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		reason := s.classify(err)
 		if reason == ReasonBusy {
 			b.abandon(probe, end)
-			return s.busy(ctx, req, err)
+			return s.busy(ctx, &req, err)
 		}
 		s.metrics.observeCall(end-sent, reason)
 		b.failure(probe, end, reason)
-		return s.fallback(ctx, req, err, reason)
+		return s.fallback(ctx, &req, err, reason)
 	}
 	s.metrics.observeCall(end-sent, reasonNone)
 	b.success(probe)
@@ -498,7 +498,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	}
 	if res.Allowed && req.Cost > 0 {
 		s.mirror(ctx, req)
-		if g, ok := s.guarded(ctx, req); !ok {
+		if g, ok := s.guarded(ctx, &req); !ok {
 			// The store allowed what this instance alone could not have:
 			// it lost the bucket (an evicting Redis, a flush, a failover
 			// to a replica that never saw it). Deny, as the bucket would.
@@ -624,8 +624,8 @@ func (s *Store) adjustLocally(ctx context.Context, req sluice.Request, delta int
 
 // fallback decides req by the failure policy after the store failed with
 // cause (or was not called: ErrCircuitOpen).
-func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
-	mode := s.modeFor(&req)
+func (s *Store) fallback(ctx context.Context, req *sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
+	mode := s.modeFor(req)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
@@ -639,7 +639,7 @@ func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, r
 
 // busy decides req by the local bucket: the store was not failing, only
 // busy, so no failure policy applies and nothing is waved through.
-func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Decision, error) {
+func (s *Store) busy(ctx context.Context, req *sluice.Request, cause error) (sluice.Result, Decision, error) {
 	s.metrics.busyDecisions.Inc()
 	s.busyLog.note(s.clock(), "local", cause, ReasonBusy)
 	return s.decideLocally(ctx, req, cause, ReasonBusy)
@@ -666,7 +666,7 @@ var errForgotten = errors.New("resilient: the store allowed more than this insta
 // what this instance admitted. One instance alone never admits more than
 // the rule, so when the guard has not the tokens the store claims, the
 // store forgot the bucket. It returns the guard's denial and false then.
-func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result, bool) {
+func (s *Store) guarded(ctx context.Context, req *sluice.Request) (sluice.Result, bool) {
 	var buf [sluice.MaxRules]sluice.Rule
 	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules)}
 	res, err := s.guard.Check(ctx, g)
@@ -699,9 +699,9 @@ func (s *Store) guardRules(buf, rules []sluice.Rule) []sluice.Rule {
 
 // decideLocally decides req with the in-process bucket at the rules'
 // rate and burst divided by the number of instances.
-func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
+func (s *Store) decideLocally(ctx context.Context, req *sluice.Request, cause error, reason Reason) (sluice.Result, Decision, error) {
 	var buf [sluice.MaxRules]sluice.Rule
-	local := req
+	local := *req
 	local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
 	res, err := s.local.Check(ctx, local)
 	if err != nil {
