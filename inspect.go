@@ -14,14 +14,15 @@ var ErrNotInspectable = errors.New("sluice: the store cannot report usage withou
 // without taking a token or recording anything: for dashboards, billing
 // and the admin API. memstore and redisstore implement it.
 type Inspector interface {
-	// Inspect returns one Result per rule, in the order of rules: the
-	// standing of key's bucket of that rule now, as a check of one token
+	// Inspect returns one Result per rule, in the order of req.Rules: the
+	// standing of req.Key's bucket of that rule now, as a check of one token
 	// against that rule alone would see it (Rule is the index, Limit the
 	// burst, Remaining the whole tokens left, ResetAfter the time until
 	// the bucket is full, and, when no whole token is left, Allowed false
 	// and RetryAfter the time until one is). It changes no state. The
 	// error wraps ErrInvalid for bad input, or is the store's own failure.
-	Inspect(ctx context.Context, key string, rules []Rule) ([]Result, error)
+	// It reads the request's Key, Rules and Algorithm, nothing else.
+	Inspect(ctx context.Context, req Request) ([]Result, error)
 }
 
 // InspectBuckets returns the standing of buckets under rules at now, in

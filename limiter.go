@@ -125,7 +125,7 @@ func (l Limiter) WaitN(ctx context.Context, n int64) error {
 func (l Limiter) giveBack(ctx context.Context, n int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_, _ = l.Store.Adjust(ctx, l.Key, -n, l.Rules)
+	_, _ = l.Store.Adjust(ctx, Request{Key: l.Key, Rules: l.Rules}, -n)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

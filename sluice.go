@@ -73,6 +73,28 @@ type Request struct {
 	// algorithms refuse it, and the token bucket stores ignore it (such a
 	// cost is then only denied).
 	CountDenied bool
+
+	// Algorithm names the rate limiting algorithm of the request's
+	// buckets (see package algo), for a store that serves several:
+	// algo.Router sends the request to the store of that algorithm. Empty
+	// is the token bucket. A store of one algorithm ignores it.
+	Algorithm string
+
+	// OnError, when not nil, is the request's failure policy, for a store
+	// that decides itself what happens when its backend fails (package
+	// resilient): a policy's own on_error. Nil leaves it to the store's
+	// default. A pointer, because OnError's zero value is a policy of its
+	// own (OnErrorLocal): nil is the one way to say "the store's
+	// default", and no flag can be forgotten beside a value. A store reads
+	// it and never writes through it.
+	OnError *OnError
+
+	// Lease, when not nil, asks a store that leases (redisstore.Leased,
+	// chosen by the gateway for a policy's lease:) to decide this token
+	// bucket check from a lease of the key's tokens. Other stores ignore
+	// it; package resilient allows for the tokens a lease may hold ahead.
+	// A store reads it and never writes through it.
+	Lease *Lease
 }
 
 // Result is the outcome of a check or an adjustment.
@@ -150,10 +172,21 @@ type Store interface {
 	// when the store cannot answer (then the Result is meaningless).
 	Check(ctx context.Context, req Request) (Result, error)
 
-	// Adjust changes the buckets of key after the fact, for work whose cost
-	// is known only at its end: a positive delta charges more (buckets may
-	// go below zero, so later requests wait), a negative delta refunds (up
-	// to the burst). The Result reports the state afterwards; Allowed tells
-	// whether every bucket is at or above zero.
-	Adjust(ctx context.Context, key string, delta int64, rules []Rule) (Result, error)
+	// Adjust changes the buckets of req.Key under req.Rules after the
+	// fact, for work whose cost is known only at its end: a positive delta
+	// charges more (buckets may go below zero, so later requests wait), a
+	// negative delta refunds (up to the burst). It reads the request's
+	// Key, Rules and the store's choices (Algorithm, OnError), not its
+	// Cost, MaxDelay or CountDenied. The Result reports the state
+	// afterwards; Allowed tells whether every bucket is at or above zero.
+	Adjust(ctx context.Context, req Request, delta int64) (Result, error)
+}
+
+// Lease is a request's opt-in to leases of its key's tokens (see
+// redisstore.Lease, which adds the cap on keys an instance holds): each
+// instance takes Tokens at once from the shared bucket and decides
+// locally until they are spent or TTL has passed.
+type Lease struct {
+	Tokens int64
+	TTL    time.Duration
 }

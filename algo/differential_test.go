@@ -77,8 +77,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 				var werr, gerr error
 				if rng.IntN(12) == 0 {
 					delta := rng.Int64N(2*minBurst+1) - minBurst
-					want, werr = ms.Adjust(ctx, key, delta, rules)
-					got, gerr = rs.Adjust(ctx, key, delta, rules)
+					want, werr = ms.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
+					got, gerr = rs.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
 					counts["adjust"]++
 				} else {
 					req := sluice.Request{Key: key, Cost: rng.Int64N(minBurst + 1), Rules: rules}

@@ -101,11 +101,11 @@ func (s *fixedWindowRedis) Check(ctx context.Context, req sluice.Request) (sluic
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's windows.
-func (s *fixedWindowRedis) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	if err := sluice.ValidateAdjust(key, rules); err != nil {
+func (s *fixedWindowRedis) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	if err := sluice.ValidateAdjust(req.Key, req.Rules); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, fwOp{key: key, kind: "a", amount: delta, rules: rules})
+	return s.run(ctx, fwOp{key: req.Key, kind: "a", amount: delta, rules: req.Rules})
 }
 
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {

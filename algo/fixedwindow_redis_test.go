@@ -63,7 +63,7 @@ func TestFixedWindowBatchAgreesWithMemory(t *testing.T) {
 					var want sluice.Result
 					var err error
 					if o.kind == "a" {
-						want, err = ms.Adjust(ctx, o.key, o.amount, o.rules)
+						want, err = ms.Adjust(ctx, sluice.Request{Key: o.key, Rules: o.rules}, o.amount)
 					} else {
 						want, err = ms.Check(ctx, sluice.Request{Key: o.key, Cost: o.amount, Rules: o.rules, CountDenied: o.kind == "d"})
 					}

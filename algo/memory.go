@@ -112,7 +112,8 @@ func (s *memStore[S]) checkAt(req sluice.Request, now int64) sluice.Result {
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's state now.
-func (s *memStore[S]) Adjust(_ context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (s *memStore[S]) Adjust(_ context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}

@@ -61,7 +61,8 @@ func (s *redisStore) Check(ctx context.Context, req sluice.Request) (sluice.Resu
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's state.
-func (s *redisStore) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (s *redisStore) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}

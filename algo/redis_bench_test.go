@@ -75,7 +75,7 @@ func (e envoyEquivalent) Check(ctx context.Context, req sluice.Request) (sluice.
 	return sluice.Result{Allowed: incr.Val() <= 1000}, nil
 }
 
-func (envoyEquivalent) Adjust(context.Context, string, int64, []sluice.Rule) (sluice.Result, error) {
+func (envoyEquivalent) Adjust(context.Context, sluice.Request, int64) (sluice.Result, error) {
 	return sluice.Result{}, nil
 }
 func (envoyEquivalent) Algorithm() string { return "envoy-equivalent" }

@@ -70,8 +70,8 @@ func TestExpiryOnEveryPath(t *testing.T) {
 			}
 			for op, do := range map[string]func(){
 				"inspect": func() { s.Check(ctx, sluice.Request{Key: "k", Cost: 0, Rules: rules}) },
-				"charge":  func() { s.Adjust(ctx, "k", 1, rules) },
-				"refund":  func() { s.Adjust(ctx, "k", -1, rules) },
+				"charge":  func() { s.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, 1) },
+				"refund":  func() { s.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, -1) },
 			} {
 				if !unchanged(op) {
 					client.Persist(ctx, key)

@@ -46,7 +46,7 @@ func TestAlgorithmsSaturate(t *testing.T) {
 					if _, err := s.Check(ctx, big); !errors.Is(err, sluice.ErrInvalid) {
 						t.Fatalf("burst above MaxLogBurst: %v; want ErrInvalid", err)
 					}
-					if _, err := s.Adjust(ctx, "k", MaxLogBurst+1, ruleSets[0]); !errors.Is(err, sluice.ErrInvalid) {
+					if _, err := s.Adjust(ctx, sluice.Request{Key: "k", Rules: ruleSets[0]}, MaxLogBurst+1); !errors.Is(err, sluice.ErrInvalid) {
 						t.Fatalf("charge above MaxLogBurst: %v; want ErrInvalid", err)
 					}
 				}
@@ -62,8 +62,8 @@ func TestAlgorithmsSaturate(t *testing.T) {
 					var want, got sluice.Result
 					var werr, gerr error
 					if st.adjust {
-						want, werr = ms.Adjust(ctx, key, st.amount, rules)
-						got, gerr = rs.Adjust(ctx, key, st.amount, rules)
+						want, werr = ms.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, st.amount)
+						got, gerr = rs.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, st.amount)
 					} else {
 						req := sluice.Request{Key: key, Cost: st.amount, Rules: rules}
 						want, werr = ms.Check(ctx, req)

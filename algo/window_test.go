@@ -55,7 +55,7 @@ func TestRedisWindowOfNPerUnit(t *testing.T) {
 			if res.ResetAfter != 30*time.Second {
 				t.Fatalf("%d/min in %T: reset after %v, want 30s (the minute's end)", n, st, res.ResetAfter)
 			}
-			_, _ = st.Adjust(ctx, "k"+st.Algorithm(), -1, rules)
+			_, _ = st.Adjust(ctx, sluice.Request{Key: "k" + st.Algorithm(), Rules: rules}, -1)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice/httplimit"
@@ -71,6 +72,9 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			hp.Algorithm = p.Algorithm
 		}
 		hp.OnError = p.parsed.onError
+		if p.Lease != nil {
+			hp.Lease = &sluice.Lease{Tokens: p.Lease.Tokens, TTL: p.Lease.TTL}
+		}
 		for _, o := range p.Overrides {
 			hp.Overrides = append(hp.Overrides, httplimit.Override{
 				Identity: o.Identity,

@@ -27,9 +27,22 @@ type Config struct {
 
 	Fallback Fallback
 
+	// StoreOnError passes each policy's OnError to the store: every store
+	// call of the policy carries it in sluice.Request.OnError (Local when
+	// the policy sets Local), so that a store that decides failures
+	// itself (package resilient) decides them by the policy's on_error
+	// and not by its own default. Unset, the requests name no failure
+	// policy and such a store decides by its own. The gateway sets it.
+	StoreOnError bool
+
 	// StoreContext, when set, derives the context of every store call of a
-	// decision under policy, for stores that read per-policy settings from
-	// it (resilient.WithOnError carries a policy's on_error).
+	// decision under policy.
+	//
+	// Deprecated: a policy's choices for its store travel in its
+	// sluice.Requests (Algorithm and CountDenied always, OnError with
+	// StoreOnError), and no store of this module reads a context value.
+	// StoreContext still derives the contexts, for a store of one's own
+	// that reads them.
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
 	// StoreTimeout, when positive, is the deadline of every store call.
@@ -65,6 +78,7 @@ type Core struct {
 	ipv6Bits  int
 	fallback  Fallback
 	storeCtx  func(context.Context, *Policy) context.Context
+	onError   bool // Config.StoreOnError
 	timeout   time.Duration
 	metrics   *Metrics
 	log       *slog.Logger
@@ -85,6 +99,7 @@ func New(cfg Config) (*Core, error) {
 		ipv6Bits: cfg.IPv6Prefix,
 		fallback: cfg.Fallback,
 		storeCtx: cfg.StoreContext,
+		onError:  cfg.StoreOnError,
 		timeout:  cfg.StoreTimeout,
 		metrics:  cfg.Metrics,
 		log:      cfg.Logger,
@@ -297,8 +312,37 @@ func (c *Core) clientAddr(s *Subject) (netip.Addr, bool) {
 	return a, a.IsValid()
 }
 
+// onErrors holds one of each failure policy, for the store requests to
+// point to (sluice.Request.OnError): no allocation per request, and no
+// pointer into a policy that a store could write through.
+var onErrors = [...]OnError{Local: Local, Open: Open, Closed: Closed}
+
+// storeOnError returns the failure policy that p's store requests carry:
+// Local when the Fallback decides first, else p's OnError.
+func (p *Compiled) storeOnError() *OnError {
+	if p.local {
+		return &onErrors[Local]
+	}
+	if int(p.OnError) < len(onErrors) {
+		return &onErrors[p.OnError]
+	}
+	return nil // not a failure policy: the store's own
+}
+
+// storeRequest returns req with p's choices for its store: its algorithm
+// and, with Config.StoreOnError, its failure policy.
+func (c *Core) storeRequest(p *Compiled, req sluice.Request) sluice.Request {
+	req.Algorithm = p.Algorithm
+	req.Lease = p.Lease
+	if c.onError {
+		req.OnError = p.storeOnError()
+	}
+	return req
+}
+
 // check asks the store, timing it.
 func (c *Core) check(ctx context.Context, p *Compiled, req sluice.Request) (sluice.Result, error) {
+	req = c.storeRequest(p, req)
 	if c.storeCtx != nil {
 		ctx = c.storeCtx(ctx, &p.Policy)
 	}
@@ -349,7 +393,7 @@ func (c *Core) adjust(ctx context.Context, p *Compiled, key string, delta int64,
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	res, err := c.store.Adjust(ctx, key, delta, rules)
+	res, err := c.store.Adjust(ctx, c.storeRequest(p, sluice.Request{Key: key, Rules: rules}), delta)
 	c.metrics.Observe(OpAdjust, time.Since(start), err)
 	if err != nil {
 		c.logStoreError(p, err, "adjust skipped")

@@ -202,7 +202,7 @@ func (c *Core) Usage(ctx context.Context, policyName string, caller Caller) (Usa
 	if c.storeCtx != nil {
 		ctx = c.storeCtx(ctx, &p.Policy)
 	}
-	u.Results, err = ins.Inspect(ctx, key, rs.Rules)
+	u.Results, err = ins.Inspect(ctx, c.storeRequest(p, sluice.Request{Key: key, Rules: rs.Rules}))
 	return u, err
 }
 

@@ -64,7 +64,11 @@ type Policy struct {
 	Shadow bool
 
 	// OnError applies when the store fails: Local (the zero value) asks
-	// Config.Fallback first, Open serves, Closed refuses.
+	// Config.Fallback first, Open serves, Closed refuses. With
+	// Config.StoreOnError, every store call of the policy carries it in
+	// sluice.Request.OnError (Local when Local is set), so that a store
+	// that decides failures itself (package resilient) decides them by
+	// the policy's on_error.
 	OnError OnError
 
 	// Local asks Config.Fallback first whatever OnError says; when the
@@ -78,14 +82,20 @@ type Policy struct {
 	Key Key
 
 	// Algorithm names the policy's algorithm (see package algo) for a
-	// Store that serves several: the gateway's store reads it from the
-	// context that Config.StoreContext derives. Empty: the token bucket.
+	// Store that serves several (algo.Router): every store call of the
+	// policy carries it in sluice.Request.Algorithm. Empty: the token
+	// bucket.
 	Algorithm string
 
 	// CountDenied counts a denied request's cost too, in the same store
 	// call (sluice.Request.CountDenied): envoyproxy/ratelimit's fixed
 	// window. It needs Algorithm "fixed_window".
 	CountDenied bool
+
+	// Lease, when set, asks for leases of each key's tokens: every store
+	// call of the policy carries it in sluice.Request.Lease, for a store
+	// that leases (the gateway's on Redis, redisstore.Leased).
+	Lease *sluice.Lease
 }
 
 // IdentityRules give one authenticated identity rules of its own (a

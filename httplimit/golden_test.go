@@ -67,7 +67,7 @@ func (s *script) Check(_ context.Context, req sluice.Request) (sluice.Result, er
 	return s.res, nil
 }
 
-func (s *script) Adjust(context.Context, string, int64, []sluice.Rule) (sluice.Result, error) {
+func (s *script) Adjust(context.Context, sluice.Request, int64) (sluice.Result, error) {
 	return s.res, s.err
 }
 

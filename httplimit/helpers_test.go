@@ -150,6 +150,6 @@ func (failingStore) Check(context.Context, sluice.Request) (sluice.Result, error
 	return sluice.Result{}, errStoreDown
 }
 
-func (failingStore) Adjust(context.Context, string, int64, []sluice.Rule) (sluice.Result, error) {
+func (failingStore) Adjust(context.Context, sluice.Request, int64) (sluice.Result, error) {
 	return sluice.Result{}, errStoreDown
 }

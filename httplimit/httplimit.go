@@ -163,9 +163,22 @@ type Options struct {
 
 	Fallback Fallback
 
+	// StoreOnError passes each policy's OnError to the store: every store
+	// call of the policy carries it in sluice.Request.OnError (FailLocal
+	// when the policy sets Local), so that a store that decides failures
+	// itself (package resilient) decides them by the policy's on_error
+	// and not by its own default. Unset, the requests name no failure
+	// policy and such a store decides by its own. The gateway sets it.
+	StoreOnError bool
+
 	// StoreContext, when set, derives the context of every store call of a
-	// request under policy, for stores that read per-policy settings from
-	// it (resilient.WithOnError carries a policy's on_error).
+	// request under policy.
+	//
+	// Deprecated: a policy's choices for its store travel in its
+	// sluice.Requests (Algorithm and CountDenied always, OnError with
+	// StoreOnError), and no store of this module reads a context value.
+	// StoreContext still derives the contexts, for a store of one's own
+	// that reads them.
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
 	// StoreTimeout, when positive, is the deadline of every store call, so
@@ -237,6 +250,7 @@ func New(opts Options) (*Limiter, error) {
 		Policies:     opts.Policies,
 		IPv6Prefix:   opts.IPv6Prefix,
 		Fallback:     opts.Fallback,
+		StoreOnError: opts.StoreOnError,
 		StoreContext: opts.StoreContext,
 		StoreTimeout: opts.StoreTimeout,
 		Metrics:      opts.Metrics,

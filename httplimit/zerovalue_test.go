@@ -104,8 +104,8 @@ func (r recording) Check(ctx context.Context, req sluice.Request) (sluice.Result
 	return r.st.Check(ctx, req)
 }
 
-func (r recording) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	return r.st.Adjust(ctx, key, delta, rules)
+func (r recording) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	return r.st.Adjust(ctx, req, delta)
 }
 
 // TestZeroLimiterByName: a zero Limiter has no policies; deciding by name

@@ -34,7 +34,7 @@ func ExampleNew() {
 	fmt.Printf("allowed=%v remaining=%d reset_after=%v\n", res.Allowed, res.Remaining, res.ResetAfter)
 
 	// Inspect reads the standing without taking a token.
-	usage, err := store.Inspect(ctx, "client-7", rules)
+	usage, err := store.Inspect(ctx, sluice.Request{Key: "client-7", Rules: rules})
 	if err != nil {
 		panic(err)
 	}

@@ -9,13 +9,13 @@ import (
 
 var _ sluice.Inspector = (*Store)(nil)
 
-// Inspect reports key's standing on every rule now, changing nothing (see
+// Inspect reports req.Key's standing on every rule now, changing nothing (see
 // sluice.Inspector).
-func (s *Store) Inspect(_ context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
-	if err := sluice.ValidateAdjust(key, rules); err != nil {
+func (s *Store) Inspect(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if err := sluice.ValidateAdjust(req.Key, req.Rules); err != nil {
 		return nil, err
 	}
-	return s.InspectAt(key, rules, s.now()), nil
+	return s.InspectAt(req.Key, req.Rules, s.now()), nil
 }
 
 // InspectAt is Inspect at now, in Unix microseconds, for valid input. It

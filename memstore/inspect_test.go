@@ -25,7 +25,7 @@ func TestInspectIsWhatTheNextCheckSees(t *testing.T) {
 		}
 	}
 	now = now.Add(2500 * time.Millisecond)
-	got, err := s.Inspect(ctx, "k", rules)
+	got, err := s.Inspect(ctx, sluice.Request{Key: "k", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestInspectIsWhatTheNextCheckSees(t *testing.T) {
 		t.Errorf("rule 0 resets after %v, want 4.5s (5.5 of 10 tokens at 1/s)", got[0].ResetAfter)
 	}
 	for range 1000 {
-		if _, err := s.Inspect(ctx, "k", rules); err != nil {
+		if _, err := s.Inspect(ctx, sluice.Request{Key: "k", Rules: rules}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -57,7 +57,7 @@ func TestInspectIsWhatTheNextCheckSees(t *testing.T) {
 	if res, _ := s.Check(ctx, sluice.Request{Key: "k", Cost: 1, Rules: rules}); res.Allowed {
 		t.Errorf("a check past what Inspect reported passed")
 	}
-	after, _ := s.Inspect(ctx, "k", rules)
+	after, _ := s.Inspect(ctx, sluice.Request{Key: "k", Rules: rules})
 	if after[0].Allowed || after[0].RetryAfter <= 0 {
 		t.Errorf("an empty bucket inspects as %+v, want not allowed with a retry time", after[0])
 	}
@@ -69,7 +69,7 @@ func TestInspectCreatesNothing(t *testing.T) {
 	s := memstore.New(memstore.Options{SweepInterval: -1})
 	defer s.Close()
 	rules := []sluice.Rule{{Rate: 1, Burst: 3}}
-	got, err := s.Inspect(context.Background(), "nobody", rules)
+	got, err := s.Inspect(context.Background(), sluice.Request{Key: "nobody", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestInspectCreatesNothing(t *testing.T) {
 	if n := s.Len(); n != 0 {
 		t.Errorf("Inspect stored %d keys, want none", n)
 	}
-	if _, err := s.Inspect(context.Background(), "", rules); err == nil {
+	if _, err := s.Inspect(context.Background(), sluice.Request{Key: "", Rules: rules}); err == nil {
 		t.Error("Inspect of an empty key: no error")
 	}
 }
@@ -98,7 +98,7 @@ func TestInspectEvictedKey(t *testing.T) {
 	for i := range 64 {
 		s.Check(ctx, sluice.Request{Key: string(rune('a' + i)), Cost: 1, Rules: rules})
 	}
-	got, _ := s.Inspect(ctx, "spent", rules)
+	got, _ := s.Inspect(ctx, sluice.Request{Key: "spent", Rules: rules})
 	res, _ := s.Check(ctx, sluice.Request{Key: "spent", Cost: 0, Rules: rules})
 	if got[0].Remaining != res.Remaining {
 		t.Errorf("evicted key: Inspect says %d remaining, the next check %d", got[0].Remaining, res.Remaining)

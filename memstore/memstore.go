@@ -171,12 +171,13 @@ func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
 	return res
 }
 
-// Adjust charges (delta > 0) or refunds (delta < 0) key's buckets now.
-func (s *Store) Adjust(_ context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	if err := sluice.ValidateAdjust(key, rules); err != nil {
+// Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets
+// under req.Rules now.
+func (s *Store) Adjust(_ context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	if err := sluice.ValidateAdjust(req.Key, req.Rules); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.AdjustAt(key, delta, rules, s.now()), nil
+	return s.AdjustAt(req.Key, delta, req.Rules, s.now()), nil
 }
 
 // AdjustAt is Adjust at now, in Unix microseconds, for valid input.

@@ -49,7 +49,7 @@ func TestInvalidInputIsAnError(t *testing.T) {
 	if _, err := s.Check(context.Background(), sluice.Request{Key: "k", Cost: 6, Rules: rules(1, 5)}); err == nil || !strings.Contains(err.Error(), "can never pass") {
 		t.Fatalf("cost above burst: %v", err)
 	}
-	if _, err := s.Adjust(context.Background(), "", 1, rules(1, 5)); err == nil {
+	if _, err := s.Adjust(context.Background(), sluice.Request{Key: "", Rules: rules(1, 5)}, 1); err == nil {
 		t.Fatal("empty key: no error")
 	}
 	if s.Len() != 0 {

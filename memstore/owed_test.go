@@ -108,8 +108,8 @@ func TestCappedNeverMorePermissiveThanUncapped(t *testing.T) {
 				key := fmt.Sprint("k", k)
 				if rng.IntN(20) == 0 { // a refund: never takes a bucket below zero
 					delta := -rng.Int64N(3)
-					got, _ := capped.Adjust(ctx, key, delta, ru)
-					want, _ := oracle.Adjust(ctx, key, delta, ru)
+					got, _ := capped.Adjust(ctx, sluice.Request{Key: key, Rules: ru}, delta)
+					want, _ := oracle.Adjust(ctx, sluice.Request{Key: key, Rules: ru}, delta)
 					if got.Remaining > want.Remaining {
 						t.Fatalf("step %d: refund to %s: capped %+v, uncapped %+v", step, key, got, want)
 					}

@@ -85,8 +85,8 @@ func TestCappedQuotasAnswerAsUncapped(t *testing.T) {
 				key := fmt.Sprint("k", k)
 				if rng.IntN(10) == 0 {
 					delta := rng.Int64N(7) - 3
-					got, _ := capped.Adjust(ctx, key, delta, ru)
-					want, _ := oracle.Adjust(ctx, key, delta, ru)
+					got, _ := capped.Adjust(ctx, sluice.Request{Key: key, Rules: ru}, delta)
+					want, _ := oracle.Adjust(ctx, sluice.Request{Key: key, Rules: ru}, delta)
 					if got != want {
 						t.Fatalf("step %d: adjust %s by %d: capped %+v, uncapped %+v", step, key, delta, got, want)
 					}

@@ -55,7 +55,7 @@ func TestBatchAgreesWithMemory(t *testing.T) {
 		for i, b := range batch {
 			var want sluice.Result
 			if b.Adjust {
-				want, _ = ms.Adjust(ctx, b.Req.Key, b.Req.Cost, b.Req.Rules)
+				want, _ = ms.Adjust(ctx, sluice.Request{Key: b.Req.Key, Rules: b.Req.Rules}, b.Req.Cost)
 				adjusts++
 			} else {
 				want, _ = ms.Check(ctx, b.Req)

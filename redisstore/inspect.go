@@ -18,11 +18,12 @@ var _ sluice.Inspector = (*Store)(nil)
 var inspectScript = redis.NewScript(`local t = redis.call('TIME')
 return { t[1], t[2], redis.call('GET', KEYS[1]) or '' }`)
 
-// Inspect reports key's standing on every rule now, changing nothing (see
+// Inspect reports req.Key's standing on every rule now, changing nothing (see
 // sluice.Inspector): one read-only script call, at the server's time (or
 // Options.Now's). A key Redis does not hold, or holds for another number
 // of rules, is full buckets, as the check script would find it.
-func (s *Store) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
+func (s *Store) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return nil, err
 	}

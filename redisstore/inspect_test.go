@@ -44,8 +44,8 @@ func TestInspectAgainstMemstore(t *testing.T) {
 		now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
 		if rng.IntN(5) == 0 {
 			delta := int64(rng.IntN(7) - 3)
-			a, errA := rs.Adjust(ctx, keys[i], delta, rulesOf(i))
-			b, errB := ms.Adjust(ctx, keys[i], delta, rulesOf(i))
+			a, errA := rs.Adjust(ctx, sluice.Request{Key: keys[i], Rules: rulesOf(i)}, delta)
+			b, errB := ms.Adjust(ctx, sluice.Request{Key: keys[i], Rules: rulesOf(i)}, delta)
 			if errA != nil || errB != nil || a != b {
 				t.Fatalf("step %d adjust: redis %+v %v, memstore %+v %v", step, a, errA, b, errB)
 			}
@@ -60,8 +60,8 @@ func TestInspectAgainstMemstore(t *testing.T) {
 	}
 	now = now.Add(700 * time.Millisecond)
 	for i, k := range append(keys, "never-checked") {
-		a, errA := rs.Inspect(ctx, k, rulesOf(i))
-		b, errB := ms.Inspect(ctx, k, rulesOf(i))
+		a, errA := rs.Inspect(ctx, sluice.Request{Key: k, Rules: rulesOf(i)})
+		b, errB := ms.Inspect(ctx, sluice.Request{Key: k, Rules: rulesOf(i)})
 		if errA != nil || errB != nil {
 			t.Fatalf("inspect %s: %v, %v", k, errA, errB)
 		}
@@ -71,7 +71,7 @@ func TestInspectAgainstMemstore(t *testing.T) {
 			}
 		}
 		for range 20 {
-			if _, err := rs.Inspect(ctx, k, rulesOf(i)); err != nil {
+			if _, err := rs.Inspect(ctx, sluice.Request{Key: k, Rules: rulesOf(i)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -97,7 +97,7 @@ func TestInspectServerClock(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	rules := []sluice.Rule{{Rate: 1.0 / 3600, Burst: 5}}
-	got, err := s.Inspect(ctx, "fresh", rules)
+	got, err := s.Inspect(ctx, sluice.Request{Key: "fresh", Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestInspectServerClock(t *testing.T) {
 		s.Check(ctx, sluice.Request{Key: "spent", Cost: 1, Rules: rules})
 	}
 	for range 50 {
-		got, err = s.Inspect(ctx, "spent", rules)
+		got, err = s.Inspect(ctx, sluice.Request{Key: "spent", Rules: rules})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -241,8 +241,8 @@ func (l *Leased) Close() error {
 }
 
 // Adjust is the Store's: it changes the bucket in Redis, not the leases.
-func (l *Leased) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	return l.store.Adjust(ctx, key, delta, rules)
+func (l *Leased) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	return l.store.Adjust(ctx, req, delta)
 }
 
 // Check decides req from the key's lease when it is a plain check of one
@@ -434,16 +434,10 @@ func (l *Leased) sweep(ctx context.Context, now int64) {
 	}
 }
 
-// LeaseAhead is how many tokens of one bucket this instance may have
-// taken from Redis and not yet spent or given back: Lease.Tokens − 1 (a
-// lease is taken by a check, which spends its cost at once). The
-// resilient store's guard allows for it.
-func (l *Leased) LeaseAhead(context.Context) int64 { return l.tokens - 1 }
-
 // Inspect is the Store's: the bucket in Redis, without what the leases
 // of any instance hold.
-func (l *Leased) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
-	return l.store.Inspect(ctx, key, rules)
+func (l *Leased) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return l.store.Inspect(ctx, req)
 }
 
 // takeLease is the taker of a Store: one call of lease.lua.

@@ -146,7 +146,7 @@ func TestQuotasAgreeWithMemory(t *testing.T) {
 				default:
 					b := batch[0]
 					if b.Adjust {
-						got[0], err = rs.Adjust(ctx, b.Req.Key, b.Req.Cost, b.Req.Rules)
+						got[0], err = rs.Adjust(ctx, sluice.Request{Key: b.Req.Key, Rules: b.Req.Rules}, b.Req.Cost)
 					} else {
 						got[0], err = rs.Check(ctx, b.Req)
 					}
@@ -157,7 +157,7 @@ func TestQuotasAgreeWithMemory(t *testing.T) {
 				for i, b := range batch {
 					var want sluice.Result
 					if b.Adjust {
-						want, _ = ms.Adjust(ctx, b.Req.Key, b.Req.Cost, b.Req.Rules)
+						want, _ = ms.Adjust(ctx, sluice.Request{Key: b.Req.Key, Rules: b.Req.Rules}, b.Req.Cost)
 					} else {
 						want, _ = ms.Check(ctx, b.Req)
 						if !want.Allowed {

@@ -147,12 +147,13 @@ func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, e
 	return s.run(ctx, op{key: req.Key, amount: req.Cost, maxDelayUs: req.MaxDelay.Microseconds(), rules: req.Rules})
 }
 
-// Adjust charges (delta > 0) or refunds (delta < 0) key's buckets.
-func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	if err := sluice.ValidateAdjust(key, rules); err != nil {
+// Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets
+// under req.Rules.
+func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	if err := sluice.ValidateAdjust(req.Key, req.Rules); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, op{key: key, adjust: true, amount: delta, rules: rules})
+	return s.run(ctx, op{key: req.Key, adjust: true, amount: delta, rules: req.Rules})
 }
 
 // Key returns the Redis key that holds the buckets of a caller key.

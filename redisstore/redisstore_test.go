@@ -58,8 +58,8 @@ func TestRedisAgreesWithMemory(t *testing.T) {
 		var gerr, werr error
 		if rng.IntN(10) == 0 {
 			delta := rng.Int64N(2*minBurst+1) - minBurst
-			want, werr = ms.Adjust(ctx, key, delta, rules)
-			got, gerr = rs.Adjust(ctx, key, delta, rules)
+			want, werr = ms.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
+			got, gerr = rs.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
 		} else {
 			req := sluice.Request{Key: key, Cost: rng.Int64N(minBurst + 1), Rules: rules}
 			if rng.IntN(4) == 0 {
@@ -173,7 +173,7 @@ func TestExpiryOnEveryPath(t *testing.T) {
 	// A cost-0 inspection and an adjustment set it too.
 	for name, op := range map[string]func(){
 		"inspect": func() { rs.Check(ctx, sluice.Request{Key: "k", Cost: 0, Rules: rules}) },
-		"refund":  func() { rs.Adjust(ctx, "k", -1, rules) },
+		"refund":  func() { rs.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, -1) },
 	} {
 		client.Persist(ctx, key)
 		op()

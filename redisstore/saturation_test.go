@@ -44,8 +44,8 @@ func TestRedisAgreesWithMemoryAtTheBounds(t *testing.T) {
 		}
 		adjust := func(delta int64) {
 			steps = append(steps, func() (sluice.Result, sluice.Result, error, error) {
-				w, werr := ms.Adjust(ctx, key, delta, rules)
-				g, gerr := rs.Adjust(ctx, key, delta, rules)
+				w, werr := ms.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
+				g, gerr := rs.Adjust(ctx, sluice.Request{Key: key, Rules: rules}, delta)
 				return w, g, werr, gerr
 			})
 		}

@@ -101,7 +101,7 @@ func (failing) Check(ctx context.Context, req sluice.Request) (sluice.Result, er
 	return sluice.Result{}, errDown
 }
 
-func (failing) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (failing) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	return sluice.Result{}, errDown
 }
 

@@ -25,10 +25,8 @@ type job struct {
 	callCtx
 	b      *breaker
 	adjust bool
-	req    sluice.Request // a Check
-	key    string         // an Adjust: key, delta, rules
+	req    sluice.Request // a Check, or an Adjust by delta
 	delta  int64
-	rules  []sluice.Rule
 	done   chan answer // buffered: the worker never waits for the caller
 }
 
@@ -71,7 +69,7 @@ func (c *callCtx) Err() error {
 func (s *Store) run(j *job) {
 	var a answer
 	if j.adjust {
-		a.res, a.err = s.primary.Adjust(&j.callCtx, j.key, j.delta, j.rules)
+		a.res, a.err = s.primary.Adjust(&j.callCtx, j.req, j.delta)
 	} else {
 		a.res, a.err = s.primary.Check(&j.callCtx, j.req)
 	}
@@ -180,15 +178,15 @@ func checkJob(req sluice.Request) *job {
 	return j
 }
 
-// adjustJob returns a job that adjusts key by delta.
-func adjustJob(key string, delta int64, rules []sluice.Rule) *job {
+// adjustJob returns a job that adjusts req's buckets by delta.
+func adjustJob(req sluice.Request, delta int64) *job {
 	j := jobs.Get().(*job)
-	j.adjust, j.key, j.delta, j.rules = true, key, delta, rules
+	j.adjust, j.req, j.delta = true, req, delta
 	return j
 }
 
 // putJob keeps j, answered, for reuse, holding on to nothing of its call.
 func putJob(j *job) {
-	j.parent, j.b, j.req, j.key, j.rules = nil, nil, sluice.Request{}, "", nil
+	j.parent, j.b, j.req = nil, nil, sluice.Request{}
 	jobs.Put(j)
 }

@@ -87,7 +87,7 @@ func mix(h uint64) uint64 {
 // lookup answers req at now when a remembered denial covers it (hit).
 // present reports that the key is remembered, covered or not, so that an
 // allowed answer from the store can forget it.
-func (c *denialCache) lookup(req sluice.Request, now int64) (res sluice.Result, hit, present bool) {
+func (c *denialCache) lookup(req *sluice.Request, now int64) (res sluice.Result, hit, present bool) {
 	h := c.hash(req.Key, req.Rules)
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()

@@ -22,7 +22,7 @@ func (refusing) Check(context.Context, sluice.Request) (sluice.Result, error) {
 	return sluice.Result{}, errRefused
 }
 
-func (refusing) Adjust(context.Context, string, int64, []sluice.Rule) (sluice.Result, error) {
+func (refusing) Adjust(context.Context, sluice.Request, int64) (sluice.Result, error) {
 	return sluice.Result{}, errRefused
 }
 

@@ -32,8 +32,9 @@
 //     allows takes its tokens from the local bucket too (when it has them),
 //     so the local bucket starts where this instance's traffic left it,
 //     never full after a failover; Open lets it through; Closed
-//     returns an error wrapping ErrUnavailable (HTTP: 503). WithOnError
-//     overrides the policy for one request, for per-policy settings.
+//     returns an error wrapping ErrUnavailable (HTTP: 503). A request's own
+//     OnError (sluice.Request.OnError: a policy's on_error) overrides
+//     Options.OnError for that request.
 //
 //   - A circuit breaker. After FailureThreshold consecutive failures (5)
 //     it opens: the store is not called at all and a check costs no store
@@ -55,8 +56,8 @@
 //     the local bucket did) is also taken from an in-process bucket at the
 //     full rule, charged only with what this instance admitted, with a deadline's refill and one token of slack
 //     (its charges land later than the store's, by varying delays), and,
-//     in front of a store that leases tokens (redisstore.Leased), the
-//     tokens one lease may hold ahead (LeaseAhead). One
+//     for a request that asks for a lease (sluice.Request.Lease, decided
+//     by redisstore.Leased), the tokens one lease may hold ahead. One
 //     instance alone never admits more than that, so when the guard lacks
 //     the tokens the store claims, the store
 //     has lost the bucket (an evicting Redis, a flush, a failover to a
@@ -144,14 +145,6 @@ const lastMode = Closed
 // ParseMode is sluice.ParseOnError.
 func ParseMode(s string) (Mode, error) { return sluice.ParseOnError(s) }
 
-type modeKey struct{}
-
-// WithOnError returns a context whose checks are decided by mode when the
-// store fails, overriding Options.OnError: a policy's own on_error.
-func WithOnError(ctx context.Context, mode Mode) context.Context {
-	return context.WithValue(ctx, modeKey{}, mode)
-}
-
 // Source says who decided a check.
 type Source uint8
 
@@ -212,8 +205,8 @@ type Decision = Report
 // queue wait of one second, breaker after 5 failures probing every second,
 // a denial cache of 65,536 keys, no metrics, logs to slog.Default().
 type Options struct {
-	// OnError is the failure policy when the context names none
-	// (WithOnError). The zero value is Local.
+	// OnError is the failure policy of a request that names none
+	// (sluice.Request.OnError nil). The zero value is Local.
 	OnError Mode
 
 	// MaxInFlight bounds the calls to the wrapped store at once. Keep it
@@ -313,7 +306,6 @@ type Store struct {
 	denials    *denialCache    // nil when disabled
 	local      *memstore.Store // the local bucket, at rate and burst ÷ instances
 	guard      *memstore.Store // what this instance admitted, at the full rule
-	leaser     leaser          // primary, when it takes leases of the buckets
 	maxWait    time.Duration
 	lag        *schedLag
 	closeOnce  sync.Once
@@ -401,7 +393,6 @@ func New(primary sluice.Store, opts Options) *Store {
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
-	s.leaser, _ = primary.(leaser)
 	s.lag = startSchedLag()
 	return s
 }
@@ -465,7 +456,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	if s.denials != nil {
 		var res sluice.Result
 		var hit bool
-		if res, hit, remembered = s.denials.lookup(req, now); hit {
+		if res, hit, remembered = s.denials.lookup(&req, now); hit {
 			s.metrics.denialHits.Inc()
 			res.DecidedBy = sluice.ByDenialCache
 			return res, s.decided(Report{Source: FromDenialCache, Key: req.Key}), nil
@@ -480,13 +471,13 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	probe, ok := b.allow(now)
 	if !ok {
 		forget()
-		return s.fallback(ctx, req, ErrCircuitOpen, ReasonCircuitOpen)
+		return s.fallback(ctx, &req, ErrCircuitOpen, ReasonCircuitOpen)
 	}
 	if err := s.acquire(ctx, now); err != nil {
 		b.abandon(probe, s.clock())
 		forget()
 		if err == ErrBusy {
-			return s.busy(ctx, req, err)
+			return s.busy(ctx, &req, err)
 		}
 		return sluice.Result{}, Report{Key: req.Key}, err // the caller gave up
 	}
@@ -505,11 +496,11 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		reason := s.classify(err)
 		if reason == ReasonBusy {
 			b.abandon(probe, end)
-			return s.busy(ctx, req, err)
+			return s.busy(ctx, &req, err)
 		}
 		s.metrics.observeCall(end-sent, reason)
 		b.failure(probe, end, reason)
-		return s.fallback(ctx, req, err, reason)
+		return s.fallback(ctx, &req, err, reason)
 	}
 	s.metrics.observeCall(end-sent, reasonNone)
 	b.success(probe)
@@ -518,7 +509,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	}
 	if res.Allowed && req.Cost > 0 {
 		s.mirror(ctx, req)
-		if g, ok := s.guarded(ctx, req); !ok {
+		if g, ok := s.guarded(ctx, &req); !ok {
 			// The store allowed what this instance alone could not have:
 			// it lost the bucket (an evicting Redis, a flush, a failover
 			// to a replica that never saw it). Deny, as the bucket would.
@@ -565,13 +556,15 @@ func (s *Store) acquire(ctx context.Context, now int64) error {
 	return ErrBusy
 }
 
-// Adjust charges (delta > 0) or refunds (delta < 0) key's buckets in the
-// wrapped store, within the deadline. When the store fails: Local applies
+// Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets
+// under req.Rules in the wrapped store, within the deadline. When the store fails: Local applies
 // it to the local bucket, Open drops the adjustment and reports success,
 // Closed returns an error wrapping ErrUnavailable. When the store is busy
 // the local bucket takes it, whatever the policy. A refund forgets any
-// remembered denial of key for rules.
-func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+// remembered denial of the key for the rules. The failure policy is the
+// request's OnError, else Options.OnError.
+func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
 	}
@@ -590,10 +583,10 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			}
 			s.metrics.busyDecisions.Inc()
 			s.busyLog.note(s.clock(), "local", err, ReasonBusy)
-			return s.adjustLocally(ctx, key, delta, rules)
+			return s.adjustLocally(ctx, req, delta)
 		}
 		sent := s.clock()
-		res, err := s.call(ctx, b, sent, adjustJob(key, delta, rules))
+		res, err := s.call(ctx, b, sent, adjustJob(req, delta))
 		end := s.clock()
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)
@@ -602,8 +595,8 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 				// The local buckets take the adjustment too: a refund
 				// through the store must not leave them stricter.
 				var buf [sluice.MaxRules]sluice.Rule
-				_, _ = s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
-				_, _ = s.guard.Adjust(ctx, key, delta, s.guardRules(ctx, buf[:0], rules))
+				_, _ = s.local.Adjust(ctx, sluice.Request{Key: key, Rules: s.localRules(buf[:0], rules, 0)}, delta)
+				_, _ = s.guard.Adjust(ctx, sluice.Request{Key: key, Rules: s.guardRules(buf[:0], rules, leaseAhead(&req))}, delta)
 			}
 			return res, err
 		}
@@ -615,35 +608,35 @@ func (s *Store) Adjust(ctx context.Context, key string, delta int64, rules []slu
 			b.abandon(probe, end)
 			s.metrics.busyDecisions.Inc()
 			s.busyLog.note(end, "local", err, reason)
-			return s.adjustLocally(ctx, key, delta, rules)
+			return s.adjustLocally(ctx, req, delta)
 		}
 		s.metrics.observeCall(end-sent, reason)
 		b.failure(probe, end, reason)
 		cause = err
 	}
-	mode := s.modeFor(ctx)
+	mode := s.modeFor(&req)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
 	case Closed:
 		return sluice.Result{}, unavailable(cause)
 	case Local:
-		return s.adjustLocally(ctx, key, delta, rules)
+		return s.adjustLocally(ctx, req, delta)
 	}
 	return fullResult(rules, 0), nil
 }
 
-func (s *Store) adjustLocally(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (s *Store) adjustLocally(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	var buf [sluice.MaxRules]sluice.Rule
-	res, err := s.local.Adjust(ctx, key, delta, s.localRules(buf[:0], rules, 0))
+	res, err := s.local.Adjust(ctx, sluice.Request{Key: req.Key, Rules: s.localRules(buf[:0], req.Rules, 0)}, delta)
 	res.DecidedBy = sluice.ByLocal
 	return res, err
 }
 
 // fallback decides req by the failure policy after the store failed with
 // cause (or was not called: ErrCircuitOpen).
-func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
-	mode := s.modeFor(ctx)
+func (s *Store) fallback(ctx context.Context, req *sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
+	mode := s.modeFor(req)
 	s.metrics.failureDecisions[mode].Inc()
 	s.log.note(s.clock(), mode.String(), cause, reason)
 	switch mode {
@@ -657,7 +650,7 @@ func (s *Store) fallback(ctx context.Context, req sluice.Request, cause error, r
 
 // busy decides req by the local bucket: the store was not failing, only
 // busy, so no failure policy applies and nothing is waved through.
-func (s *Store) busy(ctx context.Context, req sluice.Request, cause error) (sluice.Result, Report, error) {
+func (s *Store) busy(ctx context.Context, req *sluice.Request, cause error) (sluice.Result, Report, error) {
 	s.metrics.busyDecisions.Inc()
 	s.busyLog.note(s.clock(), "local", cause, ReasonBusy)
 	return s.decideLocally(ctx, req, cause, ReasonBusy)
@@ -684,9 +677,9 @@ var errForgotten = errors.New("resilient: the store allowed more than this insta
 // what this instance admitted. One instance alone never admits more than
 // the rule, so when the guard has not the tokens the store claims, the
 // store forgot the bucket. It returns the guard's denial and false then.
-func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result, bool) {
+func (s *Store) guarded(ctx context.Context, req *sluice.Request) (sluice.Result, bool) {
 	var buf [sluice.MaxRules]sluice.Rule
-	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(ctx, buf[:0], req.Rules)}
+	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules, leaseAhead(req))}
 	res, err := s.guard.Check(ctx, g)
 	if err != nil || res.Allowed {
 		return sluice.Result{}, true
@@ -695,12 +688,15 @@ func (s *Store) guarded(ctx context.Context, req sluice.Request) (sluice.Result,
 	return res, false
 }
 
-// leaser is a primary that takes leases of the shared buckets
-// (redisstore.Leased): the checks made with ctx may admit LeaseAhead(ctx)
-// tokens of a key taken from the store earlier, so the guard allows for
-// them.
-type leaser interface {
-	LeaseAhead(ctx context.Context) int64
+// leaseAhead is how many tokens of req's key a primary that leases
+// (redisstore.Leased, asked by req.Lease) may admit beyond what the store
+// saw: a token bucket's lease, less the check that took it. The guard
+// allows for them.
+func leaseAhead(req *sluice.Request) int64 {
+	if req.Lease == nil || req.Algorithm != "" {
+		return 0
+	}
+	return max(req.Lease.Tokens-1, 0)
 }
 
 // guardRules appends to buf the guard's rules: the rule with its burst
@@ -709,11 +705,7 @@ type leaser interface {
 // when its answer is back, later than the store decided it, by a delay
 // that differs from call to call: without the slack it would see less
 // refill than the store did and deny what the store rightly allowed.
-func (s *Store) guardRules(ctx context.Context, buf, rules []sluice.Rule) []sluice.Rule {
-	var ahead int64
-	if s.leaser != nil {
-		ahead = max(s.leaser.LeaseAhead(ctx), 0)
-	}
+func (s *Store) guardRules(buf, rules []sluice.Rule, ahead int64) []sluice.Rule {
 	for _, r := range rules {
 		if r.Period != sluice.Rolling {
 			// A calendar quota is not guarded: this clock and the store's
@@ -730,9 +722,9 @@ func (s *Store) guardRules(ctx context.Context, buf, rules []sluice.Rule) []slui
 
 // decideLocally decides req with the in-process bucket at the rules'
 // rate and burst divided by the number of instances.
-func (s *Store) decideLocally(ctx context.Context, req sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
+func (s *Store) decideLocally(ctx context.Context, req *sluice.Request, cause error, reason Reason) (sluice.Result, Report, error) {
 	var buf [sluice.MaxRules]sluice.Rule
-	local := req
+	local := *req
 	local.Rules = s.localRules(buf[:0], req.Rules, req.Cost)
 	res, err := s.local.Check(ctx, local)
 	if err != nil {
@@ -757,9 +749,11 @@ type answer struct {
 	err error
 }
 
-func (s *Store) modeFor(ctx context.Context) Mode {
-	if m, ok := ctx.Value(modeKey{}).(Mode); ok && m <= lastMode {
-		return m
+// modeFor returns the failure policy of req: its own OnError when it
+// names a known one, else Options.OnError.
+func (s *Store) modeFor(req *sluice.Request) Mode {
+	if m := req.OnError; m != nil && *m <= lastMode {
+		return *m
 	}
 	return s.mode
 }

@@ -44,9 +44,9 @@ func (c *counting) Check(ctx context.Context, req sluice.Request) (sluice.Result
 	return c.Store.Check(ctx, req)
 }
 
-func (c *counting) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+func (c *counting) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	c.adjusts.Add(1)
-	return c.Store.Adjust(ctx, key, delta, rules)
+	return c.Store.Adjust(ctx, req, delta)
 }
 
 func newMemstore(t *testing.T) *counting {
@@ -103,7 +103,7 @@ func TestInvalidInputIsNotAFailure(t *testing.T) {
 		if _, err := s.Check(ctx, sluice.Request{Key: "", Cost: 1, Rules: rules}); !errors.Is(err, sluice.ErrInvalid) {
 			t.Fatalf("empty key: %v", err)
 		}
-		if _, err := s.Adjust(ctx, "k", 1, nil); !errors.Is(err, sluice.ErrInvalid) {
+		if _, err := s.Adjust(ctx, sluice.Request{Key: "k"}, 1); !errors.Is(err, sluice.ErrInvalid) {
 			t.Fatalf("no rules: %v", err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestFailurePolicies(t *testing.T) {
 		if res.Rule != 0 || res.Limit != 10 || res.Remaining != 7 || res.ResetAfter != 30*time.Millisecond {
 			t.Fatalf("open result %+v", res)
 		}
-		if _, err := s.Adjust(ctx, "k", 5, rules); err != nil {
+		if _, err := s.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, 5); err != nil {
 			t.Fatalf("adjust under open: %v", err)
 		}
 	})
@@ -144,17 +144,32 @@ func TestFailurePolicies(t *testing.T) {
 		if !errors.Is(err, resilient.ErrUnavailable) || !errors.Is(err, resilient.ErrCircuitOpen) {
 			t.Fatalf("breaker open: %v", err)
 		}
-		if _, err := s.Adjust(ctx, "k", 1, rules); !errors.Is(err, resilient.ErrUnavailable) {
+		if _, err := s.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, 1); !errors.Is(err, resilient.ErrUnavailable) {
 			t.Fatalf("adjust under closed: %v", err)
 		}
 	})
 	t.Run("override per request", func(t *testing.T) {
 		s := newStore(t, deadRedis(t), resilient.Options{OnError: resilient.Open})
-		if _, err := s.Check(resilient.WithOnError(ctx, resilient.Closed), req); !errors.Is(err, resilient.ErrUnavailable) {
-			t.Fatalf("WithOnError(Closed) on an open store: %v", err)
+		closed, local := resilient.Closed, resilient.Local
+		closedReq, localReq := req, req
+		closedReq.OnError, localReq.OnError = &closed, &local
+		if _, err := s.Check(ctx, closedReq); !errors.Is(err, resilient.ErrUnavailable) {
+			t.Fatalf("OnError Closed on an open store: %v", err)
 		}
-		if res, d, err := s.CheckDecision(resilient.WithOnError(ctx, resilient.Local), req); err != nil || d.Source != resilient.FromLocal || !res.Allowed {
-			t.Fatalf("WithOnError(Local): %+v %+v %v", res, d, err)
+		if res, d, err := s.CheckDecision(ctx, localReq); err != nil || d.Source != resilient.FromLocal || !res.Allowed {
+			t.Fatalf("OnError Local: %+v %+v %v", res, d, err)
+		}
+		if res, d, err := s.CheckDecision(ctx, req); err != nil || d.Source != resilient.FromOpen || !res.Allowed {
+			t.Fatalf("no OnError: the store's Open: %+v %+v %v", res, d, err)
+		}
+		if _, err := s.Adjust(ctx, closedReq, 1); !errors.Is(err, resilient.ErrUnavailable) {
+			t.Fatalf("adjust, OnError Closed on an open store: %v", err)
+		}
+		if res, err := s.Adjust(ctx, localReq, 1); err != nil || res.DecidedBy != sluice.ByLocal {
+			t.Fatalf("adjust, OnError Local: %+v %v", res, err)
+		}
+		if res, err := s.Adjust(ctx, req, 1); err != nil || res.DecidedBy != sluice.ByOpen {
+			t.Fatalf("adjust, no OnError: the store's Open: %+v %v", res, err)
 		}
 	})
 }
@@ -234,7 +249,7 @@ func TestDenialCache(t *testing.T) {
 	if _, src := check(1, 0); src != resilient.FromDenialCache {
 		t.Fatalf("not remembered again: %v", src)
 	}
-	if _, err := s.Adjust(ctx, "k", -2, rules); err != nil {
+	if _, err := s.Adjust(ctx, sluice.Request{Key: "k", Rules: rules}, -2); err != nil {
 		t.Fatal(err)
 	}
 	if res, src := check(1, 0); src != resilient.FromStore || !res.Allowed {
@@ -335,7 +350,10 @@ func TestMetrics(t *testing.T) {
 	for range 5 {
 		s.Check(ctx, req)
 	}
-	s.Check(resilient.WithOnError(ctx, resilient.Local), req)
+	local := resilient.Local
+	localReq := req
+	localReq.OnError = &local
+	s.Check(ctx, localReq)
 	// A second store on the same registry (a reload) shares the series.
 	s2 := newStore(t, newMemstore(t), opts)
 	s2.Check(ctx, req)

@@ -48,7 +48,6 @@ import (
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
 )
 
@@ -167,7 +166,7 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 func (g *Gateway) openStore(cfg *config.Config) error {
 	if cfg.Store.Type != "redis" {
 		local := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
-		all, err := newAlgorithms(local, func(name string) (algo.Store, error) {
+		all, err := newRouter(local, func(name string) (algo.Store, error) {
 			return algo.Memory(name, algo.MemoryOptions{MaxKeys: cfg.Store.MaxKeys})
 		})
 		if err != nil {
@@ -182,7 +181,9 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
-	all, err := newAlgorithms(raw, func(name string) (algo.Store, error) {
+	// Policies with a lease: (config.Lease) take leases of raw's buckets.
+	leased := &leases{redis: raw}
+	all, err := newRouter(leased, func(name string) (algo.Store, error) {
 		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn()})
 	})
 	if err != nil {
@@ -190,7 +191,6 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		_ = client.Close()
 		return err
 	}
-	all.redis = raw // policies with a lease: (config.Lease) take leases of its buckets
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
@@ -218,19 +218,41 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	g.closeStore = func() error {
 		_ = rs.Close()
 		_ = all.Close()
+		_ = leased.Close() // gives back what the leases hold
 		_ = raw.Close()
 		return client.Close()
 	}
 	return nil
 }
 
-// onErrorContext carries a policy's own on_error to the resilient store.
-func onErrorContext(ctx context.Context, p *httplimit.Policy) context.Context {
-	mode := p.OnError
-	if p.Local {
-		mode = resilient.Local
+// newRouter returns the gateway's one store: an algo.Router that sends
+// each request to tokenBucket or to the store of its policy's algorithm,
+// which build makes for every algorithm beside the token bucket. One
+// store, so one resilient layer (one breaker, one denial cache) guards
+// them all. Closing the router closes the stores build made.
+func newRouter(tokenBucket sluice.Store, build func(name string) (algo.Store, error)) (*algo.Router, error) {
+	var others []algo.Store
+	closeAll := func() {
+		for _, st := range others {
+			_ = st.Close()
+		}
 	}
-	return resilient.WithOnError(ctx, mode)
+	for _, name := range algo.Names() {
+		if name == algo.TokenBucket {
+			continue
+		}
+		st, err := build(name)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		others = append(others, st)
+	}
+	r, err := algo.NewRouter(tokenBucket, others...)
+	if err != nil {
+		closeAll()
+	}
+	return r, err
 }
 
 func (g *Gateway) compile(cfg *config.Config) (*state, error) {
@@ -242,24 +264,11 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	opts.Store = g.store
 	opts.Metrics = g.metrics
 	opts.Logger = g.log
-	opts.StoreContext = withAlgorithm
 	opts.Overrides = g.overrides
 	opts.Tracer = g.tracer
-	if g.resilient {
-		leases := map[string]redisstore.Lease{} // by policy name
-		for _, p := range cfg.Policies {
-			if p.Lease != nil {
-				leases[p.Name] = p.Lease.RedisLease()
-			}
-		}
-		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
-			ctx = onErrorContext(withAlgorithm(ctx, p), p)
-			if l, ok := leases[p.Name]; ok {
-				ctx = withLease(ctx, l)
-			}
-			return ctx
-		}
-	}
+	// The resilient store decides Redis's failures by each policy's
+	// on_error; the other stores ignore it.
+	opts.StoreOnError = true
 	lim, err := httplimit.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.File, err)

@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// leases is the gateway's token bucket store on Redis: a request that asks
+// for a lease (sluice.Request.Lease, from a policy's lease:) goes to the
+// lease store of its setting, made at its first check and kept across
+// reloads, so the leases held survive a reload; every other request goes
+// to the Redis store itself.
+type leases struct {
+	redis   *redisstore.Store
+	mu      sync.Mutex
+	bySetup map[sluice.Lease]*redisstore.Leased
+}
+
+func (l *leases) pick(req *sluice.Request) sluice.Store {
+	if req.Lease == nil {
+		return l.redis
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.bySetup[*req.Lease]; st != nil {
+		return st
+	}
+	st, err := redisstore.NewLeased(l.redis, redisstore.Lease{Tokens: req.Lease.Tokens, TTL: req.Lease.TTL})
+	if err != nil {
+		return l.redis // not a valid lease: the configuration refuses it before
+	}
+	if l.bySetup == nil {
+		l.bySetup = map[sluice.Lease]*redisstore.Leased{}
+	}
+	l.bySetup[*req.Lease] = st
+	return st
+}
+
+func (l *leases) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	return l.pick(&req).Check(ctx, req)
+}
+
+func (l *leases) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	return l.pick(&req).Adjust(ctx, req, delta)
+}
+
+// Inspect reads the Redis bucket (a lease store shows the same).
+func (l *leases) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return l.redis.Inspect(ctx, req)
+}
+
+// Close gives back what every lease store holds; it does not close the
+// Redis store.
+func (l *leases) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.bySetup {
+		_ = st.Close()
+	}
+	l.bySetup = nil
+	return nil
+}
