@@ -20,6 +20,14 @@ import (
 // little: leave it off for the figures.
 var pprofDir string
 
+// sluiceRLS (-sluice-envoy-rls) are fields for the envoy_rls section of the
+// sluice service's configuration, comma-separated.
+var sluiceRLS string
+
+// tolerateFailed (-envoy-tolerate-failed) goes on past checks that failed
+// (a deadline on a busy machine), printing how many.
+var tolerateFailed bool
+
 // profiler fetches the profiles of one timed run of the sluice service
 // whose admin listener is at admin.
 type profiler struct {
