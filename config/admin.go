@@ -24,6 +24,12 @@ type Admin struct {
 	OverridesFile string `yaml:"overrides_file"`
 	// TLS of the admin listener, in place of the top-level tls (tls.go).
 	TLS *TLS `yaml:"tls"`
+	// Pprof serves Go's profiles (/debug/pprof/) on the admin listener,
+	// to loopback peers only (kubectl port-forward, ssh -L): a profile
+	// costs CPU for as long as the caller asks and shows the code, the
+	// heap and the goroutines, so it is off by default and never answered
+	// to another address, whatever the listener is bound to.
+	Pprof bool `yaml:"pprof"`
 
 	token         []byte // read from TokenFile by Load
 	overridesFile string // OverridesFile resolved against the file's directory

@@ -197,6 +197,10 @@ var UpstreamVars = []UpstreamVar{
 	refuse("TRACING_SAMPLING_RATE", "1", 'f', noTracing),
 }
 
+// PprofVar is sluice's own variable for `sluice ratelimit`: true serves
+// /debug/pprof/ on DEBUG_HOST:DEBUG_PORT to loopback peers (admin.pprof).
+const PprofVar = "SLUICE_PPROF"
+
 // ErrUpstreamEnv is wrapped by FromUpstreamEnv's errors.
 var ErrUpstreamEnv = errors.New("envoyproxy/ratelimit environment")
 
@@ -261,6 +265,16 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	up.HTTPListen = net.JoinHostPort(str("HOST"), port("PORT"))
 	up.DebugListen = net.JoinHostPort(str("DEBUG_HOST"), port("DEBUG_PORT"))
 	c.Listen, c.AdminListen = up.HTTPListen, up.DebugListen
+	// SLUICE_PPROF, sluice's own: envoyproxy/ratelimit serves /debug/pprof
+	// on its debug port to anyone; sluice serves it only when asked, and
+	// then to loopback peers alone (admin.pprof).
+	if raw, set := env[PprofVar]; set {
+		if b, err := strconv.ParseBool(raw); err != nil {
+			bad("%s=%q: want true or false", PprofVar, raw)
+		} else {
+			c.Admin.Pprof = b
+		}
+	}
 	c.EnvoyRLS.Listen = net.JoinHostPort(str("GRPC_HOST"), port("GRPC_PORT"))
 	c.EnvoyRLS.Upstream = up
 

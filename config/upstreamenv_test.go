@@ -84,6 +84,9 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 	}{
 		{[]string{"HOST=127.0.0.1", "PORT=9001"}, func(c *config.Config) string { return want(c.Listen, "127.0.0.1:9001") }},
 		{[]string{"DEBUG_HOST=127.0.0.2", "DEBUG_PORT=9002"}, func(c *config.Config) string { return want(c.AdminListen, "127.0.0.2:9002") }},
+		{[]string{"SLUICE_PPROF=true"}, func(c *config.Config) string { return want(c.Admin.Pprof, true) }},
+		{[]string{"SLUICE_PPROF=false"}, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
+		{nil, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
 		{[]string{"GRPC_HOST=127.0.0.3", "GRPC_PORT=9003"}, func(c *config.Config) string { return want(c.EnvoyRLS.Listen, "127.0.0.3:9003") }},
 		{[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + cert, "GRPC_SERVER_TLS_KEY=" + key, "GRPC_CLIENT_TLS_CACERT=" + caFile}, func(c *config.Config) string {
 			if c.ListenerTLS(config.ListenerEnvoyRLS) == nil || c.EnvoyRLS.TLS.ClientCAFile != caFile {
@@ -174,6 +177,16 @@ func mapKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestFromUpstreamEnvPprofBad: SLUICE_PPROF that is no bool is refused by
+// name.
+func TestFromUpstreamEnvPprofBad(t *testing.T) {
+	env, _ := upstreamBase(t)
+	_, err := config.FromUpstreamEnv(append(env, "SLUICE_PPROF=maybe"))
+	if err == nil || !strings.Contains(err.Error(), `SLUICE_PPROF="maybe"`) {
+		t.Errorf("SLUICE_PPROF=maybe: err %v; want it refused by name", err)
+	}
 }
 
 // TestFromUpstreamEnvRefused sets every refused variable to a value

@@ -14,7 +14,8 @@ Serve Envoy's global rate limit service as envoyproxy/ratelimit does, from
 its environment variables alone, so that a Deployment of it changes only
 its image: gRPC (rate limit and health, for "ratelimit" too) on
 GRPC_HOST:GRPC_PORT (8081); /healthcheck and /json on HOST:PORT (8080);
-/rlconfig, /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT (6070).
+/rlconfig, /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT (6070),
+and /debug/pprof/ there to loopback peers only with SLUICE_PPROF=true.
 The descriptor files are every file under
 RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, subdirectories
 too (dotfiles skipped with RUNTIME_IGNOREDOTFILES=true), watched: a change

@@ -399,3 +399,24 @@ func TestRatelimitRefusesAtStart(t *testing.T) {
 		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
 	}
 }
+
+// TestRatelimitPprof: `sluice ratelimit` serves /debug/pprof/ on the debug
+// listener only with SLUICE_PPROF=true (upstream serves it to anyone).
+func TestRatelimitPprof(t *testing.T) {
+	redis := redistest.Start(t)
+	root := t.TempDir()
+	writeTestFile(t, filepath.Join(envoytest.ConfigDir(root), "d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	for _, c := range []struct {
+		env  string
+		want string
+	}{{"", "404"}, {"SLUICE_PPROF=false", "404"}, {"SLUICE_PPROF=true", "200"}} {
+		env := append(envoytest.Environ(root, redis.Addr(), 0, 0, 0), "LOG_LEVEL=info")
+		if c.env != "" {
+			env = append(env, c.env)
+		}
+		s := startRatelimit(t, env)
+		if got := statusOrError("http://" + s.debug + "/debug/pprof/"); got != c.want {
+			t.Errorf("%q: /debug/pprof/ on the debug listener answered %s; want %s", c.env, got, c.want)
+		}
+	}
+}

@@ -15,22 +15,34 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // Counter counts what each client address holds open (connections,
 // streams) against a bound. Its zero value is not usable; see NewCounter.
+//
+// It takes no lock: the gRPC listener counts every stream from the
+// connection's reader, where a mutex shared by all streams of all
+// connections made the readers queue on each other at a few hundred
+// streams (BENCHMARKS.md, "Issue 26: 128 → 512 callers"). Each address's
+// count is an atomic in a sync.Map, retired at zero (see release).
 type Counter struct {
 	max      int
 	ipv6Bits int
 
-	mu   sync.Mutex
-	open map[netip.Addr]int // what each client address holds; none at 0
+	open sync.Map // netip.Addr → *slot; only the addresses with something open
 }
+
+// slot is one address's count; dead (-1) once retired from the map, so
+// that an Acquire that loaded it before takes a fresh one.
+type slot struct{ n atomic.Int64 }
+
+const dead = -1
 
 // NewCounter bounds what each client address holds to max. IPv6 addresses
 // are grouped by their first ipv6Bits bits (1 to 128).
 func NewCounter(max, ipv6Bits int) *Counter {
-	return &Counter{max: max, ipv6Bits: ipv6Bits, open: make(map[netip.Addr]int)}
+	return &Counter{max: max, ipv6Bits: ipv6Bits}
 }
 
 // Acquire counts one more for the address of remote and returns the key
@@ -42,39 +54,64 @@ func (c *Counter) Acquire(remote net.Addr) (key netip.Addr, counted, ok bool) {
 	if !counted {
 		return netip.Addr{}, false, true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.open[a] >= c.max {
-		return a, true, false
+	for {
+		v, loaded := c.open.Load(a)
+		if !loaded {
+			v, _ = c.open.LoadOrStore(a, new(slot))
+		}
+		sl := v.(*slot)
+		for {
+			n := sl.n.Load()
+			if n == dead {
+				break // retired: take the map's next slot
+			}
+			if n >= int64(c.max) {
+				return a, true, false
+			}
+			if sl.n.CompareAndSwap(n, n+1) {
+				return a, true, true
+			}
+		}
 	}
-	c.open[a]++
-	return a, true, true
 }
 
 // Release gives back one of what Acquire counted under key.
 func (c *Counter) Release(key netip.Addr) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.open[key] <= 1 {
-		delete(c.open, key) // the map holds only the addresses with something open
+	v, ok := c.open.Load(key)
+	if !ok {
+		return // not counted: nothing to give back
+	}
+	sl := v.(*slot)
+	if sl.n.Add(-1) > 0 {
 		return
 	}
-	c.open[key]--
+	// At zero, retire the slot unless an Acquire got in first; one that
+	// loaded it and finds it dead takes a new one from the map.
+	if sl.n.CompareAndSwap(0, dead) {
+		c.open.CompareAndDelete(key, sl)
+	}
 }
 
 // Open returns what the address of remote (its group, for IPv6) holds.
 func (c *Counter) Open(remote netip.Addr) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.open[c.group(remote.Unmap())]
+	v, ok := c.open.Load(c.group(remote.Unmap()))
+	if !ok {
+		return 0
+	}
+	return int(max(0, v.(*slot).n.Load()))
 }
 
 // Addresses returns the number of client addresses (groups, for IPv6)
 // holding something: what the counter keeps in memory.
 func (c *Counter) Addresses() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.open)
+	n := 0
+	c.open.Range(func(_, v any) bool {
+		if v.(*slot).n.Load() > 0 {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // Listener is a net.Listener whose Accept closes a connection from an

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,5 +149,64 @@ func TestClientAddress(t *testing.T) {
 	}
 	if a, _ := New(nil, 1, 128, nil).client(&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1}); a.String() != "2001:db8::1" {
 		t.Errorf("with a /128 prefix: %v", a)
+	}
+}
+
+// TestCounterConcurrent: goroutines acquire and release on a few addresses
+// at once (under -race). No address ever holds more than the bound, every
+// release is matched, and the counter ends empty, with nothing kept for the
+// addresses that hold nothing.
+func TestCounterConcurrent(t *testing.T) {
+	const bound, workers, rounds = 3, 16, 2000
+	c := NewCounter(bound, 64)
+	addrs := []net.Addr{
+		&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 1},
+		&net.TCPAddr{IP: net.ParseIP("192.0.2.2"), Port: 1},
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1},
+	}
+	var held [3]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				i := (w + r) % len(addrs)
+				key, counted, ok := c.Acquire(addrs[i])
+				if !counted {
+					t.Errorf("%v not counted", addrs[i])
+					return
+				}
+				if !ok {
+					continue
+				}
+				if n := held[i].Add(1); n > bound {
+					t.Errorf("%v holds %d; the bound is %d", addrs[i], n, bound)
+				}
+				held[i].Add(-1)
+				c.Release(key)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.Addresses(); n != 0 {
+		t.Errorf("Addresses() = %d after every release; want 0", n)
+	}
+	entries := 0
+	c.open.Range(func(_, _ any) bool { entries++; return true })
+	if entries != 0 {
+		t.Errorf("%d addresses kept after every release; want none", entries)
+	}
+	// Still usable: the bound holds afresh.
+	for range bound {
+		if _, _, ok := c.Acquire(addrs[0]); !ok {
+			t.Fatal("refused under the bound after the storm")
+		}
+	}
+	if _, _, ok := c.Acquire(addrs[0]); ok {
+		t.Error("accepted past the bound after the storm")
+	}
+	if got := c.Open(netip.MustParseAddr("192.0.2.1")); got != bound {
+		t.Errorf("Open = %d; want %d", got, bound)
 	}
 }

@@ -76,7 +76,8 @@ type Options struct {
 	// calls; a call that finds them all busy gets a goroutine of its own.
 	// A worker's stack stays grown from one call to the next, where a
 	// fresh goroutine grows its stack again in every call (gRPC's
-	// NumStreamWorkers). Default StreamWorkersPerCPU × GOMAXPROCS.
+	// NumStreamWorkers). Default the larger of StreamWorkersPerCPU ×
+	// GOMAXPROCS and MinStreamWorkers, at most MaxInFlight.
 	StreamWorkers int
 	// TLS, when set, serves gRPC over TLS with it (its NextProtos must
 	// offer h2); nil: plain text.
@@ -87,6 +88,16 @@ type Options struct {
 // GOMAXPROCS. A call spends most of its time waiting for the store, so
 // a worker per CPU would leave most calls without one.
 const StreamWorkersPerCPU = 16
+
+// MinStreamWorkers is the least default of Options.StreamWorkers. A call
+// is in flight for as long as its store call takes, however few the CPUs:
+// with workers for 16 × GOMAXPROCS calls, 512 callers left most calls to a
+// goroutine of their own, whose stack grew again in every call (runtime
+// newstack, 10–15% of the CPU at 512 callers; BENCHMARKS.md, "Issue 26:
+// 128 → 512 callers"). A parked worker costs its stack alone: 2 KiB at
+// rest (1,024 workers: 2 MiB, measured), more while it runs a call, given
+// back by the garbage collector once it rests again.
+const MinStreamWorkers = 1024
 
 // Server is the gRPC server of the rate limit and health services.
 type Server struct {
@@ -126,7 +137,7 @@ func New(source Source, opts Options) *Server {
 		opts.Now = time.Now
 	}
 	if opts.StreamWorkers <= 0 {
-		opts.StreamWorkers = StreamWorkersPerCPU * runtime.GOMAXPROCS(0)
+		opts.StreamWorkers = max(StreamWorkersPerCPU*runtime.GOMAXPROCS(0), MinStreamWorkers)
 	}
 	if opts.Rejected == nil {
 		opts.Rejected = func(string) {}

@@ -383,6 +383,9 @@ func (g *Gateway) Admin() http.Handler {
 	if g.Config().EnvoyRLS.Upstream != nil {
 		mux.HandleFunc("GET /rlconfig", g.serveRLConfig)
 	}
+	if g.Config().Admin.Pprof {
+		mux.Handle("/debug/pprof/", pprofHandler())
+	}
 	return mux
 }
 
@@ -471,6 +474,9 @@ func (g *Gateway) warnRestart(old, cfg *config.Config) {
 	}
 	warnRestartServer(g.log, g.path, old, cfg)
 	g.warnRestartTLS(old, cfg)
+	if old.Admin.Pprof != cfg.Admin.Pprof {
+		g.log.Warn("sluice: admin.pprof changed; it applies at the next restart", "file", g.path)
+	}
 	if old.Admin.OverridesFile != cfg.Admin.OverridesFile {
 		g.log.Warn("sluice: admin.overrides_file changed; it applies at the next restart", "file", g.path)
 	}

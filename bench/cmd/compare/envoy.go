@@ -44,9 +44,10 @@ type envoyResult struct {
 
 // rlsService is a running rate limit service process.
 type rlsService struct {
-	name string
-	addr string // gRPC host:port
-	p    *proc
+	name  string
+	addr  string // gRPC host:port
+	admin string // sluice's admin listener, for -envoy-pprof
+	p     *proc
 }
 
 // runEnvoy compares sluice's envoy_rls with envoyproxy/ratelimit (built
@@ -108,7 +109,7 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 			res := envoyResult{workload: wname, callers: c}
 			for round := range rounds {
 				for _, s := range []*rlsService{fl, peer, sl} {
-					r, err := measureRLS(ctx, s, admin, w, c, dur)
+					r, err := measureRLS(ctx, s, admin, w, c, dur, fmt.Sprintf("%s-%d-r%d", wname, c, round+1))
 					if err != nil {
 						return results, err
 					}
@@ -132,7 +133,7 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 	return results, nil
 }
 
-func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *bench.Workload, callers int, dur time.Duration) (envoyRun, error) {
+func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *bench.Workload, callers int, dur time.Duration, run string) (envoyRun, error) {
 	// Warm up first, then measure the CPU around the timed part alone.
 	if _, err := bench.LoadRLS(ctx, s.addr, w, callers, 0, dur/4); err != nil {
 		return envoyRun{}, fmt.Errorf("%s: %w; log: %s", s.name, err, s.p.logTail())
@@ -149,9 +150,20 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	var prof *profiler
+	if pprofDir != "" && s.admin != "" {
+		if prof, err = startProfiles(s.admin, run, dur); err != nil {
+			return envoyRun{}, err
+		}
+	}
 	r, err := bench.LoadRLS(ctx, s.addr, w, callers, 0, dur)
 	if err != nil {
 		return envoyRun{}, fmt.Errorf("%s: %w; log: %s", s.name, err, s.p.logTail())
+	}
+	if prof != nil {
+		if err := prof.wait(); err != nil {
+			return envoyRun{}, err
+		}
 	}
 	cpu1, err := bench.ProcessCPU(s.p.cmd.Process.Pid)
 	if err != nil {
@@ -166,7 +178,7 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 		return envoyRun{}, err
 	}
 	printCommandStats(s.name, cmd0, cmd1, r.Decisions)
-	if r.Failed > 0 {
+	if r.Failed > 0 && !tolerateFailed {
 		return envoyRun{}, fmt.Errorf("%s: %d of %d checks failed or were denied; log: %s", s.name, r.Failed, r.Failed+r.Decisions, s.p.logTail())
 	}
 	return envoyRun{RLSResult: r, cpu: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0}, nil
@@ -269,14 +281,23 @@ func startSluiceRLS(work, bin, confDir, redisAddr string) (*rlsService, error) {
 		addrs[i] = a
 	}
 	cfg := filepath.Join(work, "sluice-rls.yaml")
-	if err := os.WriteFile(cfg, []byte(bench.RLSConfig(addrs[0], addrs[1], addrs[2], confDir, redisAddr)), 0o644); err != nil {
+	yaml := bench.RLSConfig(addrs[0], addrs[1], addrs[2], confDir, redisAddr)
+	for f := range strings.SplitSeq(sluiceRLS, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			yaml += "  " + f + "\n" // envoy_rls is the file's last section
+		}
+	}
+	if pprofDir != "" {
+		yaml += "admin: {pprof: true}\n"
+	}
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
 	p, err := startProc(work, "sluice-rls", bin, "serve", "--config", cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &rlsService{name: "sluice envoy_rls", addr: addrs[2], p: p}
+	s := &rlsService{name: "sluice envoy_rls", addr: addrs[2], admin: addrs[1], p: p}
 	if err := waitGRPC(s, ""); err != nil {
 		p.stop()
 		return nil, err

@@ -61,6 +61,9 @@ func main() {
 	flag.StringVar(&cpuSets.redis, "cpus-redis", "", "CPUs to pin redis-server to (taskset -c list, e.g. 0); empty: not pinned")
 	flag.StringVar(&cpuSets.service, "cpus-service", "", "CPUs to pin the measured services (and the gateway's upstream) to, e.g. 1-7")
 	flag.StringVar(&cpuSets.load, "cpus-load", "", "CPUs to pin this process, the load generator, to, e.g. 8-15")
+	flag.StringVar(&sluiceRLS, "sluice-envoy-rls", "", "fields added to the envoy_rls section of the sluice service's configuration in the Envoy benchmark, comma-separated (e.g. 'max_in_flight_per_domain: 512')")
+	flag.BoolVar(&tolerateFailed, "envoy-tolerate-failed", false, "go on when checks of an Envoy load run fail (deadlines on an overloaded machine); the raw lines print how many")
+	flag.StringVar(&pprofDir, "envoy-pprof", "", "directory for the sluice service's CPU, goroutine, mutex and block profiles of each Envoy load run (it runs with admin.pprof and samples mutexes and blocking: not for the figures)")
 	printRatelimit := flag.Bool("print-ratelimit-bin", false, "build envoyproxy/ratelimit (cached) and print its path, for scripts/pack-bench.sh")
 	flag.Parse()
 	if *printRatelimit {
