@@ -321,14 +321,15 @@ func ExampleNewLeased() {
 // TestLeasedGuardAllowsForTheLease: an instance that held 9 tokens of a
 // lease while the bucket refilled to its burst admits 9 + burst at once,
 // rightly (every one was taken from the bucket): resilient's guard, which
-// denies what one instance could not have been given, allows for a lease.
+// denies what one instance could not have been given, allows for the lease
+// the request asks for (sluice.Request.Lease, as the gateway sets it).
 func TestLeasedGuardAllowsForTheLease(t *testing.T) {
 	_, clock, _, ls := leasedAtFixedClock(t, 10)
 	defer ls.Close()
 	st := resilient.New(ls, resilient.Options{Timeout: time.Second})
 	defer st.Close()
 	rules := []sluice.Rule{{Rate: 10, Burst: 10}} // the guard: burst 10 + 10 × 1s + 1 = 21, without the lease
-	req := sluice.Request{Key: "g", Cost: 1, Rules: rules}
+	req := sluice.Request{Key: "g", Cost: 1, Rules: rules, Lease: &sluice.Lease{Tokens: 10, TTL: time.Minute}}
 	if res, err := st.Check(ctx, req); err != nil || !res.Allowed { // a lease of 10: 9 held, the bucket at 0
 		t.Fatalf("%+v %v", res, err)
 	}
