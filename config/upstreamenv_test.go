@@ -135,6 +135,30 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		}},
 		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
 		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
+		{[]string{"REDIS_TYPE=SENTINEL", "REDIS_URL=m,10.0.0.1:26379", "REDIS_SENTINEL_AUTH=sentry:pw"}, func(c *config.Config) string {
+			s := c.Store.Redis.Sentinel
+			return want(s.Username+"/"+s.Password.Reveal()+" "+c.Store.Redis.Password.Reveal(), "sentry/pw ")
+		}},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=unix", "REDIS_PERSECOND_URL=/run/ps.sock"}, func(c *config.Config) string {
+			ps := c.EnvoyRLS.Upstream.PerSecond
+			if ps == nil {
+				return "no per-second Redis"
+			}
+			// Unset, its timeout is the main Redis's; the limit of unit
+			// second in upstreamBase's file is decided there.
+			return want(fmt.Sprint(ps.URL, " ", ps.Timeout, " ", c.EnvoyRLS.PerSecond("rls:d/k"), " ", c.EnvoyRLS.PerSecond(config.RLSOverridePolicy("SECOND")), " ", c.EnvoyRLS.PerSecond(config.RLSOverridePolicy("MINUTE"))),
+				"unix:///run/ps.sock 50ms true true false")
+		}},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=m2,10.0.0.9:26379",
+			"REDIS_PERSECOND_AUTH=u:p", "REDIS_PERSECOND_SENTINEL_AUTH=sp", "REDIS_PERSECOND_POOL_SIZE=77", "REDIS_PERSECOND_TIMEOUT=3s", "REDIS_PERSECOND_TLS=true",
+			"REDIS_TLS=true", "REDIS_TLS_CACERT=" + caFile}, func(c *config.Config) string {
+			ps := c.EnvoyRLS.Upstream.PerSecond
+			if ps == nil {
+				return "no per-second Redis"
+			}
+			return want(fmt.Sprint(ps.Sentinel.Master, ps.Sentinel.Addrs, " ", ps.Username, "/", ps.Password.Reveal(), " ", ps.Sentinel.Password.Reveal(), " ", ps.PoolSize, " ", ps.Timeout, " ", ps.URL, " ", ps.TLS.CAFile == caFile),
+				"m2[10.0.0.9:26379] u/p sp 77 3s rediss://10.0.0.9:26379 true")
+		}},
 	}
 	covered := map[string]bool{"RUNTIME_ROOT": true, "RUNTIME_SUBDIRECTORY": true, "REDIS_URL": true}
 	for _, tc := range cases {

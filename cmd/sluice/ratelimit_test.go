@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,6 +76,22 @@ func startRatelimit(t *testing.T, environ []string) *dropIn {
 // the directory). It returns the two and the config directory.
 func startBoth(t *testing.T, files map[string]string) ([]*dropIn, string) {
 	t.Helper()
+	b := startBothEnv(t, envoytest.January, files, nil)
+	return b.services, b.conf
+}
+
+// both is what startBothEnv started.
+type both struct {
+	services   []*dropIn // envoyproxy/ratelimit, then sluice ratelimit
+	conf, root string    // the config directory, RUNTIME_ROOT
+	redis      *redistest.Server
+}
+
+// startBothEnv is startBoth against the release r, with the variables of
+// extra added to (or overriding) the common environment; it returns the
+// runtime root too.
+func startBothEnv(t *testing.T, r envoytest.Release, files map[string]string, extra map[string]string) both {
+	t.Helper()
 	redis := redistest.Start(t, redistest.WithUnixSocket())
 	root := t.TempDir()
 	conf := filepath.Join(root, "rl", "config")
@@ -95,13 +112,16 @@ func startBoth(t *testing.T, files map[string]string) ([]*dropIn, string) {
 		"LIMIT_REMAINING_HEADER":         "X-Left",
 		"RESPONSE_DYNAMIC_METADATA":      "true",
 	}
-	peer := envoytest.StartEnv(t, env)
+	for k, v := range extra {
+		env[k] = v
+	}
+	peer := envoytest.StartEnvRelease(t, r, env)
 	environ := envoytest.Environ(root, "", 0, 0, 0)
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	up := &dropIn{name: "envoyproxy/ratelimit", grpc: peer.Addr(), http: peer.HTTPAddr(), debug: peer.DebugAddr(), signal: peer.Signal, log: peer.Log}
-	return []*dropIn{up, startRatelimit(t, environ)}, conf
+	up := &dropIn{name: "envoyproxy/ratelimit " + r.Name, grpc: peer.Addr(), http: peer.HTTPAddr(), debug: peer.DebugAddr(), signal: peer.Signal, log: peer.Log}
+	return both{services: []*dropIn{up, startRatelimit(t, environ)}, conf: conf, root: root, redis: redis}
 }
 
 func writeTestFile(t *testing.T, path, data string) {
@@ -164,15 +184,26 @@ func dropInRequests(tag string) []*rlsv3.RateLimitRequest {
 // window). A replay across a window's edge is tried again on new buckets.
 func replay(t *testing.T, services []*dropIn, round string) {
 	t.Helper()
+	replayCalls(t, envoytest.January, services, round, dropInRequests)
+}
+
+// replayCalls is replay of the calls reqs gives for a tag (new buckets
+// for each attempt), the first service being envoyproxy/ratelimit of
+// release r. Each attempt starts just after a second's edge, so that
+// calls of unit second fit in one window on a machine that is not
+// starved; an attempt that straddles one anyway is tried again.
+func replayCalls(t *testing.T, r envoytest.Release, services []*dropIn, round string, reqs func(tag string) []*rlsv3.RateLimitRequest) {
+	t.Helper()
 	var clients []*envoytest.Client
 	for _, s := range services {
 		clients = append(clients, envoytest.Dial(t, s.name, s.grpc))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for attempt := range 4 {
-		reqs := dropInRequests(fmt.Sprintf("%s-%d", round, attempt))
-		out, start, end, err := envoytest.Run(ctx, clients, reqs)
+	for attempt := range 10 {
+		calls := reqs(fmt.Sprintf("%s-%d", round, attempt))
+		envoytest.WaitWindowStart(5 * time.Second)
+		out, start, end, err := envoytest.Run(ctx, clients, calls)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,9 +211,9 @@ func replay(t *testing.T, services []*dropIn, round string) {
 			continue
 		}
 		slack := int64(end.Sub(start)/time.Second) + 1
-		for i := range reqs {
-			if diff := envoytest.Diff(envoytest.January.AsMain(out[0][i]), out[1][i], slack); len(diff) > 0 {
-				t.Errorf("%s call %d %v:\n  envoyproxy/ratelimit %v\n  sluice ratelimit     %v\n  %s", round, i, reqs[i], out[0][i], out[1][i], strings.Join(diff, "\n  "))
+		for i := range calls {
+			if diff := envoytest.Diff(r.AsMain(out[0][i]), out[1][i], slack); len(diff) > 0 {
+				t.Errorf("%s call %d %v:\n  %s %v\n  sluice ratelimit     %v\n  %s", round, i, calls[i], services[0].name, out[0][i], out[1][i], strings.Join(diff, "\n  "))
 			}
 		}
 		return
@@ -333,7 +364,7 @@ func TestRatelimitEndpoints(t *testing.T) {
 			hc := statusOrError("http://" + s.http + "/healthcheck")
 			// sluice serves through its drain, where /healthcheck must
 			// answer 500, not be gone.
-			failing := hc == "500" || (hc == "error" && s.name == "envoyproxy/ratelimit")
+			failing := hc == "500" || (hc == "error" && strings.HasPrefix(s.name, "envoyproxy/ratelimit"))
 			if (err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING) && failing {
 				break
 			}
@@ -389,13 +420,144 @@ func jsonShape(s string) string {
 // that names it and what to use instead.
 func TestRatelimitRefusesAtStart(t *testing.T) {
 	cmd := exec.Command(binary, "ratelimit")
-	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "REDIS_PERSECOND=true"}
+	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "MEMCACHE_HOST_PORT=m:11211"}
 	out, err := cmd.CombinedOutput()
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	}
-	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "REDIS_PERSECOND=\"true\" is not offered") {
+	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "MEMCACHE_HOST_PORT=\"m:11211\" is not offered") {
 		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
+	}
+}
+
+const perSecondLimits = `domain: ps
+descriptors:
+  - key: persec
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: perminute
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+// TestRatelimitPerSecondRedis: with REDIS_PERSECOND=true both services
+// keep the counters of the limits whose unit is second (a request's own
+// limit of unit SECOND too) in the per-second Redis and the others in
+// REDIS_URL's, and answer alike.
+func TestRatelimitPerSecondRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	perSecond := redistest.Start(t)
+	b := startBothEnv(t, envoytest.January, map[string]string{"ps.yaml": perSecondLimits}, map[string]string{
+		"REDIS_PERSECOND":             "true",
+		"REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+		"REDIS_PERSECOND_URL":         perSecond.Addr(),
+	})
+	// Every key either service writes, from Redis's keyspace events (a
+	// counter of unit second is gone a second later).
+	psKeys, mainKeys := watchKeys(t, perSecond), watchKeys(t, b.redis)
+	d, r := envoytest.Descriptor, envoytest.Request
+	attempts := 0
+	replayCalls(t, envoytest.January, b.services, "ps", func(tag string) []*rlsv3.RateLimitRequest {
+		attempts++
+		var reqs []*rlsv3.RateLimitRequest
+		for range 3 {
+			reqs = append(reqs,
+				r("ps", 0, d("persec", "a"+tag)),
+				r("ps", 0, d("perminute", "b"+tag)),
+				r("ps", 0, d("persec", "c"+tag), d("perminute", "c"+tag)),
+				r("ps", 0, envoytest.WithLimit(d("overridesec", "d"+tag), 1, "SECOND")),
+			)
+		}
+		return reqs
+	})
+	// sluice's keys start with "sluice:" and name no descriptor (one per
+	// distinct list of entries: 3 of unit second and 2 of minute an
+	// attempt); envoyproxy/ratelimit's start with the domain and say it.
+	has := func(set []string, s string) bool {
+		return slices.ContainsFunc(set, func(k string) bool { return strings.Contains(k, s) })
+	}
+	for _, c := range []struct {
+		name         string
+		keys         func() (sluiceKeys, peerKeys []string)
+		sluice       int
+		want, wantNo []string
+	}{
+		{"the per-second Redis", psKeys, 3 * attempts, []string{"persec", "overridesec"}, []string{"perminute"}},
+		{"REDIS_URL's Redis", mainKeys, 2 * attempts, []string{"perminute"}, []string{"persec", "overridesec"}},
+	} {
+		sl, peer := c.keys()
+		for _, w := range c.want {
+			if !has(peer, w) {
+				t.Errorf("%s: envoyproxy/ratelimit wrote %q there; want %s too", c.name, peer, w)
+			}
+		}
+		for _, w := range c.wantNo {
+			if has(peer, w) {
+				t.Errorf("%s: envoyproxy/ratelimit wrote %q there; want no %s", c.name, peer, w)
+			}
+		}
+		if len(sl) != c.sluice {
+			t.Errorf("%s: sluice ratelimit wrote %d keys there (%q); want %d", c.name, len(sl), sl, c.sluice)
+		}
+	}
+}
+
+// watchKeys turns on s's keyspace events and returns what the keys
+// written since are: sluice's (starting "sluice:") and the others.
+func watchKeys(t *testing.T, s *redistest.Server) func() (sluiceKeys, peerKeys []string) {
+	t.Helper()
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", "KA").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := c.PSubscribe(ctx, "__keyspace@0__:*")
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range sub.Channel() {
+			mu.Lock()
+			seen[strings.TrimPrefix(m.Channel, "__keyspace@0__:")] = true
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { sub.Close(); <-done })
+	return func() (sluiceKeys, peerKeys []string) {
+		// A PING through the subscription comes back after every event
+		// sent before it.
+		if err := sub.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			same := n == len(seen)
+			mu.Unlock()
+			if same || time.Now().After(deadline) {
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k := range seen {
+			if strings.HasPrefix(k, "sluice:") {
+				sluiceKeys = append(sluiceKeys, k)
+			} else {
+				peerKeys = append(peerKeys, k)
+			}
+		}
+		slices.Sort(sluiceKeys)
+		slices.Sort(peerKeys)
+		return sluiceKeys, peerKeys
 	}
 }

@@ -91,10 +91,13 @@ type Gateway struct {
 	untrusted *forwardedWarner // forwarding headers while trusted_proxies is empty (untrusted.go)
 
 	// Runtime overrides and the admin API (admin.go, admin_store.go).
-	redisClient   redis.UniversalClient // nil with the memory store
-	overrides     *httplimit.Overrides
-	overrideStore *overrideSync
-	adminMetrics  *adminMetrics
+	redisClient redis.UniversalClient // nil with the memory store
+	// perSecondClient is the per-second Redis of `sluice ratelimit`'s
+	// REDIS_PERSECOND; nil without one.
+	perSecondClient redis.UniversalClient
+	overrides       *httplimit.Overrides
+	overrideStore   *overrideSync
+	adminMetrics    *adminMetrics
 }
 
 // state is what a configuration compiles to.
@@ -193,6 +196,18 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		_ = client.Close()
 		return err
 	}
+	var store sluice.Store = all
+	closePerSecond := func() {}
+	if up := cfg.EnvoyRLS.Upstream; up != nil && up.PerSecond != nil {
+		ps, closePS, err := g.openPerSecond(*up.PerSecond)
+		if err != nil {
+			_ = all.Close()
+			_ = raw.Close()
+			_ = client.Close()
+			return fmt.Errorf("%s: the per-second Redis (REDIS_PERSECOND_URL): %w", cfg.File, err)
+		}
+		store, closePerSecond = &perSecondStore{main: all, perSecond: ps}, closePS
+	}
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
@@ -214,12 +229,13 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		opts.Scope = clusterScope(cc, raw)
 	}
-	rs := resilient.New(all, opts)
+	rs := resilient.New(store, opts)
 	g.redisClient = client
 	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
 	g.closeStore = func() error {
 		_ = rs.Close()
 		_ = all.Close()
+		closePerSecond()
 		_ = raw.Close()
 		return client.Close()
 	}
@@ -250,6 +266,12 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	if g.resilient {
 		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
 			return onErrorContext(withAlgorithm(ctx, p), p)
+		}
+	}
+	if g.perSecondClient != nil {
+		rls, inner := &cfg.EnvoyRLS, opts.StoreContext
+		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
+			return inner(withPerSecond(ctx, rls, p), p)
 		}
 	}
 	lim, err := httplimit.New(opts)
