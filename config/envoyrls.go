@@ -470,13 +470,19 @@ func (l *rlsLoader) file(path string) {
 		l.fail("domain", "missing; want the domain Envoy's rate limit filter names, such as domain: edge")
 		return
 	}
+	top := l.domains[f.Domain]
 	if at, dup := l.where[f.Domain]; dup {
-		l.fail("domain", "%q is also the domain of %s; want one file per domain", f.Domain, at)
-		return
+		if up := l.v.c.EnvoyRLS.Upstream; up == nil || !up.MergeDomains {
+			l.fail("domain", "%q is also the domain of %s; want one file per domain (with `sluice ratelimit`, MERGE_DOMAIN_CONFIG=true merges them)", f.Domain, at)
+			return
+		}
+		// MERGE_DOMAIN_CONFIG: this file's descriptors join the domain's,
+		// as there; one given twice is refused below.
+	} else {
+		l.where[f.Domain] = fmt.Sprintf("%s:%d", path, l.lines["domain"])
+		top = &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
+		l.domains[f.Domain] = top
 	}
-	l.where[f.Domain] = fmt.Sprintf("%s:%d", path, l.lines["domain"])
-	top := &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
-	l.domains[f.Domain] = top
 	l.descriptors(top, f.Domain, "rls:"+f.Domain, "descriptors", f.Descriptors)
 }
 

@@ -204,9 +204,9 @@ var UpstreamVars = []UpstreamVar{
 	refuse("MEMCACHE_TLS_CACERT", "", 's', noMemcash),
 	refuse("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', noMemcash),
 	honour("SHADOW_MODE", "false", 'b', "overall_code OK even when a descriptor is over its limit (its status says OVER_LIMIT)"),
-	refuse("QUOTA_MODE", "false", 'b', "not offered globally: write quota_mode: true on the descriptors"),
+	honour("QUOTA_MODE", "false", 'b', "true: every descriptor of a call is in quota mode, as there: the call is OVER_LIMIT only when every descriptor that is not unlimited is (one without a limit never is)"),
 	honour("RESPONSE_DYNAMIC_METADATA", "false", 'b', "true: dynamic_metadata with the domain, the descriptors, hitsAddend and the metadata: of the limits that passed (envoy_rls.response_dynamic_metadata)"),
-	refuse("MERGE_DOMAIN_CONFIG", "false", 'b', "sluice refuses two files of one domain, as by default there: put the domain's descriptors in one file"),
+	honour("MERGE_DOMAIN_CONFIG", "false", 'b', "true: several files of one domain add their descriptors to it, as there (a descriptor given twice at one level is still refused); false: a second file of a domain is refused"),
 	refuse("TRACING_ENABLED", "false", 'b', noTracing),
 	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
 	refuse("TRACING_SERVICE_NAMESPACE", "", 's', noTracing),
@@ -324,6 +324,9 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	c.EnvoyRLS.ConfigDir = filepath.Join(root, sub, app)
 	up.IgnoreDotFiles = boolean("RUNTIME_IGNOREDOTFILES")
 	up.ShadowMode = boolean("SHADOW_MODE")
+	up.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
+	up.QuotaMode = boolean("QUOTA_MODE")
+	up.StopIncrementWhenOver = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 
 	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
 	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.

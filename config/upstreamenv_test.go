@@ -135,6 +135,8 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		}},
 		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
 		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
+		{[]string{"QUOTA_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.QuotaMode, true) }},
+		{[]string{"MERGE_DOMAIN_CONFIG=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.MergeDomains, true) }},
 		{[]string{"REDIS_TYPE=SENTINEL", "REDIS_URL=m,10.0.0.1:26379", "REDIS_SENTINEL_AUTH=sentry:pw"}, func(c *config.Config) string {
 			s := c.Store.Redis.Sentinel
 			return want(s.Username+"/"+s.Password.Reveal()+" "+c.Store.Redis.Password.Reveal(), "sentry/pw ")
@@ -328,10 +330,23 @@ func TestFromUpstreamEnvDirectory(t *testing.T) {
 	if got := strings.Join(domains(), ","); got != "d,deeper,dotdir,hidden,top" {
 		t.Errorf("with a link to a directory: domains %s; want it not followed", got)
 	}
-	file("again", "top")
+	writeFile(t, filepath.Join(conf, "again"), "domain: top\ndescriptors:\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	_, err := config.FromUpstreamEnv(env)
 	if err == nil || !strings.Contains(err.Error(), `"top" is also the domain of`) {
 		t.Errorf("two files of one domain: err %v; want it refused", err)
+	}
+	// MERGE_DOMAIN_CONFIG=true merges them, as there; a descriptor given
+	// in both is still refused.
+	c, err := config.FromUpstreamEnv(append(env, "MERGE_DOMAIN_CONFIG=true"))
+	if err != nil {
+		t.Fatalf("two files of one domain with MERGE_DOMAIN_CONFIG=true: %v", err)
+	}
+	if got := strings.Join(mapKeys(c.EnvoyRLS.Domains()["top"].Children), ","); got != "k,k2" {
+		t.Errorf("merged domain top has descriptors %s; want k,k2", got)
+	}
+	file("again2", "top")
+	if _, err := config.FromUpstreamEnv(append(env, "MERGE_DOMAIN_CONFIG=true")); err == nil || !strings.Contains(err.Error(), "given twice at this level") {
+		t.Errorf("one descriptor in two merged files: err %v; want it refused", err)
 	}
 }
 

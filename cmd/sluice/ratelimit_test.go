@@ -561,3 +561,68 @@ func watchKeys(t *testing.T, s *redistest.Server) func() (sluiceKeys, peerKeys [
 		return sluiceKeys, peerKeys
 	}
 }
+
+// TestRatelimitMergeDomains: with MERGE_DOMAIN_CONFIG=true both services
+// merge two files of one domain (one in a subdirectory) and answer alike.
+func TestRatelimitMergeDomains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, envoytest.January, map[string]string{
+		"m1.yaml": "domain: m\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+		"more/m2": "domain: m\ndescriptors:\n  - key: y\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: x2\n    descriptors:\n      - key: z\n        rate_limit: {unit: day, requests_per_unit: 1}\n",
+	}, map[string]string{"MERGE_DOMAIN_CONFIG": "true"})
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayCalls(t, envoytest.January, b.services, "merge", func(tag string) []*rlsv3.RateLimitRequest {
+		var reqs []*rlsv3.RateLimitRequest
+		for range 3 {
+			reqs = append(reqs,
+				r("m", 0, d("x", "a"+tag)),
+				r("m", 0, d("y", "b"+tag)),
+				r("m", 0, d("x2", "c"+tag, "z", "w")),
+				r("m", 0, d("x", "d"+tag), d("y", "d"+tag)),
+			)
+		}
+		return reqs
+	})
+}
+
+// TestRatelimitQuotaMode: with QUOTA_MODE=true both services put every
+// descriptor in quota mode: a call is refused only when each descriptor
+// that is not unlimited is over its limit, one without a limit never
+// being. envoyproxy/ratelimit's January commit never refused for quota
+// mode, so this holds sluice against its main.
+func TestRatelimitQuotaMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, envoytest.Main, map[string]string{
+		"q.yaml": `domain: q
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: u
+    rate_limit: {unlimited: true}
+  - key: named
+    rate_limit: {name: n, unit: hour, requests_per_unit: 1}
+  - key: replacer
+    rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: n}]}
+`}, map[string]string{"QUOTA_MODE": "true"})
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayCalls(t, envoytest.Main, b.services, "quota", func(tag string) []*rlsv3.RateLimitRequest {
+		var reqs []*rlsv3.RateLimitRequest
+		for range 3 {
+			reqs = append(reqs,
+				r("q", 0, d("a", "1"+tag)),
+				r("q", 0, d("a", "2"+tag), d("b", "2"+tag)),
+				r("q", 0, d("a", "3"+tag), d("nolimit", "3")),
+				r("q", 0, d("u", "4"+tag), d("a", "4"+tag)),
+				r("q", 0, d("named", "5"+tag), d("replacer", "5"+tag)),
+				r("q", 0, d("named", "6"+tag)),
+			)
+		}
+		return reqs
+	})
+}

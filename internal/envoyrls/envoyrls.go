@@ -107,6 +107,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a
 	// limit outside quota mode is, or when every limit in quota mode is
 	// (its January 2026 commit never refused for a quota limit).
+	// QUOTA_MODE (`sluice ratelimit`) puts every descriptor in quota
+	// mode, one without a limit too (it passes), as there.
+	global := rls.Upstream != nil && rls.Upstream.QuotaMode
 	var quotas, quotasOver int
 	for i := range ds {
 		d := &ds[i]
@@ -116,6 +119,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		switch {
 		case d.limit == nil:
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			if global {
+				quotas++
+			}
 			continue
 		case d.limit.Unlimited:
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
@@ -127,11 +133,12 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		st := s.status(d)
 		resp.Statuses[i] = st
-		if d.limit.Quota {
+		quota := d.limit.Quota || global
+		if quota {
 			quotas++
 		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			if d.limit.Quota {
+			if quota {
 				quotasOver++
 			} else {
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -144,7 +151,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
 	switch rls.ResponseHeaders {
 	case "envoyproxy":
-		resp.ResponseHeadersToAdd = s.envoyproxyHeaders(rls, ds, resp.Statuses)
+		resp.ResponseHeadersToAdd = s.envoyproxyHeaders(rls, ds, resp.Statuses, global)
 	case "none":
 	default:
 		resp.ResponseHeadersToAdd = s.headers(lim, ds, over, time.Since(start))
