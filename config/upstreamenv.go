@@ -160,7 +160,7 @@ var UpstreamVars = []UpstreamVar{
 	accept("NEAR_LIMIT_RATIO", "0.8", 'f', "feeds a near_limit statsd counter there; no effect on answers"),
 	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
-	refuse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "not offered: a refused hit is counted, as by default there; for limits that do not count refusals, name a sluice algorithm (algorithm: sliding_window) in the descriptor"),
+	honour("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "true: as there, the counts are read first, and when a descriptor of a call would go over its limit only those over count the hits, the call takes nothing of the limits it passes (fixed-window limits; a sluice algorithm counts no refused hit anyway)"),
 	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: the limit, what remains and the seconds until reset in response_headers_to_add, named by LIMIT_*_HEADER (envoy_rls.response_headers: envoyproxy); false: no headers (none)"),
 	honour("LIMIT_LIMIT_HEADER", "RateLimit-Limit", 's', "the name of the limit header"),
 	honour("LIMIT_REMAINING_HEADER", "RateLimit-Remaining", 's', "the name of the remaining header"),

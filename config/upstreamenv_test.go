@@ -136,6 +136,9 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
 		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
 		{[]string{"QUOTA_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.QuotaMode, true) }},
+		{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.StopIncrementWhenOver, true)
+		}},
 		{[]string{"MERGE_DOMAIN_CONFIG=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.MergeDomains, true) }},
 		{[]string{"REDIS_TYPE=SENTINEL", "REDIS_URL=m,10.0.0.1:26379", "REDIS_SENTINEL_AUTH=sentry:pw"}, func(c *config.Config) string {
 			s := c.Store.Redis.Sentinel

@@ -626,3 +626,40 @@ descriptors:
 		return reqs
 	})
 }
+
+// TestRatelimitStopIncrementWhenOver: with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true both services count a
+// call's hits only on the descriptors it would take over their limits,
+// and answer alike (remaining included).
+func TestRatelimitStopIncrementWhenOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, envoytest.January, map[string]string{
+		"s.yaml": `domain: s
+descriptors:
+  - key: small
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: big
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: zero
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+`}, map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"})
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayCalls(t, envoytest.January, b.services, "stop", func(tag string) []*rlsv3.RateLimitRequest {
+		var reqs []*rlsv3.RateLimitRequest
+		for range 3 {
+			reqs = append(reqs,
+				r("s", 0, d("small", "1"+tag), d("big", "1"+tag)),
+				r("s", 0, d("big", "1"+tag)),
+				r("s", 3, d("big", "2"+tag), d("small", "2"+tag), d("free", "2")),
+				r("s", 0, d("zero", "3"+tag), d("big", "3"+tag)),
+				r("s", 0, envoytest.WithLimit(d("o", "4"+tag), 1, "HOUR"), d("big", "4"+tag)),
+				r("s", 0, d("big", "5"+tag), d("nolimit", "5")),
+			)
+		}
+		return reqs
+	})
+}

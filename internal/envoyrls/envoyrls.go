@@ -110,12 +110,17 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// QUOTA_MODE (`sluice ratelimit`) puts every descriptor in quota
 	// mode, one without a limit too (it passes), as there.
 	global := rls.Upstream != nil && rls.Upstream.QuotaMode
+	for i := range ds {
+		if l := ds[i].limit; l != nil && !l.Unlimited && l.Name != "" && replaced[l.Name] {
+			ds[i].limit = nil
+		}
+	}
+	if rls.Upstream != nil && rls.Upstream.StopIncrementWhenOver && len(ds) > 1 {
+		s.spareWhenOver(ctx, lim, ds)
+	}
 	var quotas, quotasOver int
 	for i := range ds {
 		d := &ds[i]
-		if d.limit != nil && !d.limit.Unlimited && d.limit.Name != "" && replaced[d.limit.Name] {
-			d.limit = nil
-		}
 		switch {
 		case d.limit == nil:
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -161,6 +166,43 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	asUpstream(rls.Upstream, resp)
 	return resp, nil
+}
+
+// spareWhenOver is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT as
+// envoyproxy/ratelimit's Redis cache does it: it first reads the count of
+// every descriptor's fixed window (a check of cost 0), and when one of
+// them, this call's hits added, would be over its limit, only those are
+// counted: the others are decided at cost 0, so the call takes nothing of
+// the limits it passed (their remaining says so). A limit of sluice's
+// other algorithms, which count no refused hit, takes no part. A read
+// that fails counts as not over.
+func (s *service) spareWhenOver(ctx context.Context, lim *httplimit.Limiter, ds []decision) {
+	near := make([]bool, len(ds))
+	anyNear := false
+	for i := range ds {
+		d := &ds[i]
+		if d.limit == nil || d.limit.Unlimited || !d.limit.Counted {
+			continue
+		}
+		if d.limit.Policy == "" { // requests_per_unit: 0
+			near[i] = d.cost > 0
+		} else {
+			peek := *d
+			peek.cost = 0
+			s.decide(ctx, lim, &peek)
+			count := max(0, peek.res.Limit-peek.res.Remaining)
+			near[i] = !peek.failed && count+d.cost > int64(d.limit.RequestsPerUnit)
+		}
+		anyNear = anyNear || near[i]
+	}
+	if !anyNear {
+		return
+	}
+	for i := range ds {
+		if l := ds[i].limit; l != nil && !l.Unlimited && l.Counted && !near[i] {
+			ds[i].cost = 0
+		}
+	}
 }
 
 // overrideOutcome decides d, a descriptor of a request's own limit, from
