@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -353,11 +354,40 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}
 	built, err := Build(c, ".")
-	if err == nil && up.PerSecond != nil && up.PerSecond.Timeout == 0 {
+	if err != nil {
+		// The checks of Build name sluice's fields: say which variables
+		// they come from.
+		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, upstreamFields.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			field := strings.Trim(m, ": ")
+			for _, f := range upstreamFieldVars {
+				if field == f.field || strings.HasPrefix(field, f.field+".") {
+					return ": " + f.vars + " (" + field + "):"
+				}
+			}
+			return m
+		}))
+	}
+	if up.PerSecond != nil && up.PerSecond.Timeout == 0 {
 		up.PerSecond.Timeout = built.Store.Redis.Timeout
 	}
 	return built, err
 }
+
+// upstreamFields finds the field an error of Build names, and
+// upstreamFieldVars the variables each field is made of.
+var (
+	upstreamFields    = regexp.MustCompile(`: [a-z_]+(\.[a-z_]+)*:`)
+	upstreamFieldVars = []struct{ field, vars string }{
+		{"envoy_rls.config_dir", "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY"},
+		{"envoy_rls.tls", "GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT"},
+		{"envoy_rls.listen", "GRPC_HOST and GRPC_PORT"},
+		{"envoy_rls", "LIMIT_RESPONSE_HEADERS_ENABLED and the LIMIT_ headers"},
+		{"store.redis.tls", "REDIS_TLS, REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY"},
+		{"store.redis", "REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL, REDIS_AUTH, REDIS_POOL_SIZE and REDIS_TIMEOUT"},
+		{"admin_listen", "DEBUG_HOST and DEBUG_PORT"},
+		{"listen", "HOST and PORT"},
+	}
+)
 
 // redisFromEnv fills r from the variables of prefix (REDIS_ or
 // REDIS_PERSECOND_): SOCKET_TYPE, TYPE, URL, AUTH, SENTINEL_AUTH, TLS,

@@ -382,3 +382,28 @@ func TestUpstreamVarsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFromUpstreamEnv: any value of any variable is taken or refused with
+// a message that names the variable; none panics.
+func FuzzFromUpstreamEnv(f *testing.F) {
+	for i, u := range config.UpstreamVars {
+		for _, v := range []string{"", "true", "x", "-1", "0", "99999999999999999999", "1h", "a,b", "unix", "tcp", "SENTINEL", "CLUSTER", "\x00", "::1", "0.0.0.0", u.Default} {
+			f.Add(i, v)
+		}
+	}
+	root := f.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	base := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6390"}
+	f.Fuzz(func(t *testing.T, i int, value string) {
+		if i < 0 {
+			i = -(i + 1)
+		}
+		u := config.UpstreamVars[i%len(config.UpstreamVars)]
+		_, err := config.FromUpstreamEnv(append(slices.Clone(base), u.Name+"="+value))
+		if err != nil && !strings.Contains(err.Error(), u.Name) {
+			t.Errorf("%s=%q: %v; want the message to name %s", u.Name, value, err, u.Name)
+		}
+	})
+}
