@@ -94,6 +94,18 @@ func startBothEnv(t *testing.T, r envoytest.Release, files map[string]string, ex
 	t.Helper()
 	redis := redistest.Start(t, redistest.WithUnixSocket())
 	root := t.TempDir()
+	if extra["RUNTIME_WATCH_ROOT"] == "true" {
+		// As upstream's README deploys it: RUNTIME_ROOT is a symlink
+		// (current) to a directory of the files (v1), swapped to apply
+		// another (swapRoot).
+		if err := os.Mkdir(filepath.Join(root, "v1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("v1", filepath.Join(root, "current")); err != nil {
+			t.Fatal(err)
+		}
+		root = filepath.Join(root, "current")
+	}
 	conf := filepath.Join(root, "rl", "config")
 	for name, yaml := range files {
 		writeTestFile(t, filepath.Join(conf, name), yaml)
@@ -219,6 +231,61 @@ func replayCalls(t *testing.T, r envoytest.Release, services []*dropIn, round st
 		return
 	}
 	t.Fatal("every attempt straddled a window's edge")
+}
+
+// swapRoot makes a copy of the directory RUNTIME_ROOT (root, a symlink)
+// points to, with the files given written (relative to the config
+// directory), and swaps the link to it at once (a rename), as a
+// Kubernetes ConfigMap update or upstream's README does.
+func swapRoot(t *testing.T, root, version string, files map[string]string) {
+	t.Helper()
+	parent := filepath.Dir(root)
+	cur, err := os.Readlink(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(parent, version)
+	if out, err := exec.Command("cp", "-a", filepath.Join(parent, cur), next).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	for name, yaml := range files {
+		p := filepath.Join(next, "rl", "config", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(parent, "current.tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRatelimitDropInWatchRoot is TestRatelimitDropIn as upstream runs
+// by default, RUNTIME_WATCH_ROOT=true: RUNTIME_ROOT a symlink that is
+// swapped to a new directory (upstream reloads on that swap only). The
+// answers are the same before and after both have applied the edit.
+func TestRatelimitDropInWatchRoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, envoytest.January, map[string]string{"edge.yaml": dropInEdge, "nested/limits": dropInNested},
+		map[string]string{"RUNTIME_WATCH_ROOT": "true"})
+	replay(t, b.services, "before")
+	edited := strings.Replace(dropInEdge, "requests_per_unit: 3}", "requests_per_unit: 4}", 1) +
+		"  - key: method\n    value: POST\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	nested := strings.Replace(dropInNested, "requests_per_unit: 2}", "requests_per_unit: 3}", 1)
+	swapRoot(t, b.root, "v2", map[string]string{"edge.yaml": edited, "nested/limits": nested})
+	for _, s := range b.services {
+		waitBody(t, s, "http://"+s.debug+"/rlconfig", "edge.path_/login*: unit=HOUR requests_per_unit=4")
+		waitBody(t, s, "http://"+s.debug+"/rlconfig", "nested.user: unit=HOUR requests_per_unit=3")
+	}
+	replay(t, b.services, "after")
 }
 
 // TestRatelimitDropIn starts envoyproxy/ratelimit and `sluice ratelimit`
