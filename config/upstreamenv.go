@@ -166,7 +166,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("LIMIT_LIMIT_HEADER", "RateLimit-Limit", 's', "the name of the limit header"),
 	honour("LIMIT_REMAINING_HEADER", "RateLimit-Remaining", 's', "the name of the remaining header"),
 	honour("LIMIT_RESET_HEADER", "RateLimit-Reset", 's', "the name of the reset header"),
-	refuse("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", 'b', "sluice loads the files before it serves and refuses to start on an invalid one: unset it"),
+	honour("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", 'b', "true: gRPC health for ratelimit and /healthcheck fail while no descriptor file is loaded (sluice starts on an empty directory either way; a file that does not load stops it at start)"),
 	honour("REDIS_SOCKET_TYPE", "unix", 's', "unix (REDIS_URL is a socket path) or tcp (HOST:PORT)"),
 	honour("REDIS_TYPE", "SINGLE", 's', "SINGLE, SENTINEL (REDIS_URL: master,sentinel1:port,…) or CLUSTER (REDIS_URL: node1:port,…)"),
 	honour("REDIS_URL", "/var/run/nutcracker/ratelimit.sock", 's', "the Redis, as REDIS_SOCKET_TYPE and REDIS_TYPE say"),
@@ -328,6 +328,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	up.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
 	up.QuotaMode = boolean("QUOTA_MODE")
 	up.StopIncrementWhenOver = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	up.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 
 	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
 	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.

@@ -136,6 +136,9 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
 		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
 		{[]string{"QUOTA_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.QuotaMode, true) }},
+		{[]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.HealthyWithConfig, true)
+		}},
 		{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, func(c *config.Config) string {
 			return want(c.EnvoyRLS.Upstream.StopIncrementWhenOver, true)
 		}},

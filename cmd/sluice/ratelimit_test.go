@@ -730,3 +730,43 @@ descriptors:
 		return reqs
 	})
 }
+
+// TestRatelimitHealthyWithConfig: with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true, `sluice ratelimit` on an
+// empty configuration directory fails its health ("ratelimit" on gRPC,
+// /healthcheck) until a descriptor file is loaded, as upstream does (its
+// harness waits for health, so this is not a differential test).
+func TestRatelimitHealthyWithConfig(t *testing.T) {
+	redis := redistest.Start(t)
+	root := t.TempDir()
+	conf := filepath.Join(root, "rl", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startRatelimit(t, []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr(), "LOG_LEVEL=info", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"})
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := func() string {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		return fmt.Sprintf("%v %v /healthcheck %s", resp.GetStatus(), err, statusOrError("http://"+s.http+"/healthcheck"))
+	}
+	if got, want := health(), "NOT_SERVING <nil> /healthcheck 500"; got != want {
+		t.Errorf("no file loaded: health %s; want %s", got, want)
+	}
+	writeTestFile(t, filepath.Join(conf, "edge.yaml"), dropInEdge)
+	deadline := time.Now().Add(30 * time.Second)
+	for want := "SERVING <nil> /healthcheck 200"; ; {
+		got := health()
+		if got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a file loaded: health %s; want %s\nlog:\n%s", got, want, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

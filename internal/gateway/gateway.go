@@ -456,6 +456,7 @@ func (g *Gateway) reloadLocked(by string) error {
 				g.log.Warn("sluice: the new configuration has no policies (policies: []); nothing is limited but what envoy_rls and the allowlist say", "file", g.path, "running_policies", len(old.Policies))
 			}
 			g.state.Store(st)
+			g.syncConfigHealth()
 			g.reloads.WithLabelValues("ok").Inc()
 			g.log.Info("sluice: configuration reloaded", "file", g.path, "by", by, "policies", len(cfg.Policies))
 			return nil
