@@ -632,25 +632,17 @@ func watchKeys(t *testing.T, s *redistest.Server) func() (sluiceKeys, peerKeys [
 // TestRatelimitMergeDomains: with MERGE_DOMAIN_CONFIG=true both services
 // merge two files of one domain (one in a subdirectory) and answer alike.
 func TestRatelimitMergeDomains(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds envoyproxy/ratelimit")
-	}
-	b := startBothEnv(t, envoytest.January, map[string]string{
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.January, map[string]string{
 		"m1.yaml": "domain: m\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
 		"more/m2": "domain: m\ndescriptors:\n  - key: y\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: x2\n    descriptors:\n      - key: z\n        rate_limit: {unit: day, requests_per_unit: 1}\n",
-	}, map[string]string{"MERGE_DOMAIN_CONFIG": "true"})
-	d, r := envoytest.Descriptor, envoytest.Request
-	replayCalls(t, envoytest.January, b.services, "merge", func(tag string) []*rlsv3.RateLimitRequest {
-		var reqs []*rlsv3.RateLimitRequest
-		for range 3 {
-			reqs = append(reqs,
-				r("m", 0, d("x", "a"+tag)),
-				r("m", 0, d("y", "b"+tag)),
-				r("m", 0, d("x2", "c"+tag, "z", "w")),
-				r("m", 0, d("x", "d"+tag), d("y", "d"+tag)),
-			)
+	}, map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, "merge", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("m", 0, d("x", "a"+tag)),
+			r("m", 0, d("y", "b"+tag)),
+			r("m", 0, d("x2", "c"+tag, "z", "w")),
+			r("m", 0, d("x", "d"+tag), d("y", "d"+tag)),
 		}
-		return reqs
 	})
 }
 
@@ -660,10 +652,8 @@ func TestRatelimitMergeDomains(t *testing.T) {
 // being. envoyproxy/ratelimit's January commit never refused for quota
 // mode, so this holds sluice against its main.
 func TestRatelimitQuotaMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds envoyproxy/ratelimit")
-	}
-	b := startBothEnv(t, envoytest.Main, map[string]string{
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.Main, map[string]string{
 		"q.yaml": `domain: q
 descriptors:
   - key: a
@@ -676,21 +666,15 @@ descriptors:
     rate_limit: {name: n, unit: hour, requests_per_unit: 1}
   - key: replacer
     rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: n}]}
-`}, map[string]string{"QUOTA_MODE": "true"})
-	d, r := envoytest.Descriptor, envoytest.Request
-	replayCalls(t, envoytest.Main, b.services, "quota", func(tag string) []*rlsv3.RateLimitRequest {
-		var reqs []*rlsv3.RateLimitRequest
-		for range 3 {
-			reqs = append(reqs,
-				r("q", 0, d("a", "1"+tag)),
-				r("q", 0, d("a", "2"+tag), d("b", "2"+tag)),
-				r("q", 0, d("a", "3"+tag), d("nolimit", "3")),
-				r("q", 0, d("u", "4"+tag), d("a", "4"+tag)),
-				r("q", 0, d("named", "5"+tag), d("replacer", "5"+tag)),
-				r("q", 0, d("named", "6"+tag)),
-			)
+`}, map[string]string{"QUOTA_MODE": "true"}, "quota", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("q", 0, d("a", "1"+tag)),
+			r("q", 0, d("a", "2"+tag), d("b", "2"+tag)),
+			r("q", 0, d("a", "3"+tag), d("nolimit", "3")),
+			r("q", 0, d("u", "4"+tag), d("a", "4"+tag)),
+			r("q", 0, d("named", "5"+tag), d("replacer", "5"+tag)),
+			r("q", 0, d("named", "6"+tag)),
 		}
-		return reqs
 	})
 }
 
@@ -699,10 +683,8 @@ descriptors:
 // call's hits only on the descriptors it would take over their limits,
 // and answer alike (remaining included).
 func TestRatelimitStopIncrementWhenOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds envoyproxy/ratelimit")
-	}
-	b := startBothEnv(t, envoytest.January, map[string]string{
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.January, map[string]string{
 		"s.yaml": `domain: s
 descriptors:
   - key: small
@@ -713,21 +695,15 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 0}
   - key: free
     rate_limit: {unlimited: true}
-`}, map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"})
-	d, r := envoytest.Descriptor, envoytest.Request
-	replayCalls(t, envoytest.January, b.services, "stop", func(tag string) []*rlsv3.RateLimitRequest {
-		var reqs []*rlsv3.RateLimitRequest
-		for range 3 {
-			reqs = append(reqs,
-				r("s", 0, d("small", "1"+tag), d("big", "1"+tag)),
-				r("s", 0, d("big", "1"+tag)),
-				r("s", 3, d("big", "2"+tag), d("small", "2"+tag), d("free", "2")),
-				r("s", 0, d("zero", "3"+tag), d("big", "3"+tag)),
-				r("s", 0, envoytest.WithLimit(d("o", "4"+tag), 1, "HOUR"), d("big", "4"+tag)),
-				r("s", 0, d("big", "5"+tag), d("nolimit", "5")),
-			)
+`}, map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, "stop", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("s", 0, d("small", "1"+tag), d("big", "1"+tag)),
+			r("s", 0, d("big", "1"+tag)),
+			r("s", 3, d("big", "2"+tag), d("small", "2"+tag), d("free", "2")),
+			r("s", 0, d("zero", "3"+tag), d("big", "3"+tag)),
+			r("s", 0, envoytest.WithLimit(d("o", "4"+tag), 1, "HOUR"), d("big", "4"+tag)),
+			r("s", 0, d("big", "5"+tag), d("nolimit", "5")),
 		}
-		return reqs
 	})
 }
 
@@ -769,4 +745,24 @@ func TestRatelimitHealthyWithConfig(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// thrice is calls, each sent three times over, in order.
+func thrice(calls func(tag string) []*rlsv3.RateLimitRequest) func(tag string) []*rlsv3.RateLimitRequest {
+	return func(tag string) []*rlsv3.RateLimitRequest {
+		one := calls(tag)
+		return slices.Concat(one, one, one)
+	}
+}
+
+// replayBoth starts envoyproxy/ratelimit of release r and `sluice
+// ratelimit` with the files and the variables of env (startBothEnv) and
+// replays calls, three times over, to both (replayCalls).
+func replayBoth(t *testing.T, r envoytest.Release, files, env map[string]string, round string, calls func(tag string) []*rlsv3.RateLimitRequest) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, r, files, env)
+	replayCalls(t, r, b.services, round, thrice(calls))
 }

@@ -14,6 +14,7 @@ import (
 // denial cache cannot mix algorithms up, since every policy's keys are its
 // own.
 type algorithms struct {
+	routeStore  // by pick
 	tokenBucket sluice.Store
 	others      map[string]sluice.Store // by algo name
 	closers     []func() error
@@ -38,17 +39,22 @@ func (a *algorithms) pick(ctx context.Context) sluice.Store {
 	return a.tokenBucket
 }
 
-func (a *algorithms) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	return a.pick(ctx).Check(ctx, req)
+// routeStore is a store that sends each call to the store the call's
+// context picks: the algorithm's (algorithms), the per-second Redis's
+// (perSecondStore).
+type routeStore func(ctx context.Context) sluice.Store
+
+func (pick routeStore) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	return pick(ctx).Check(ctx, req)
 }
 
-func (a *algorithms) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	return a.pick(ctx).Adjust(ctx, key, delta, rules)
+func (pick routeStore) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+	return pick(ctx).Adjust(ctx, key, delta, rules)
 }
 
-// Inspect asks the store of the context's algorithm, when it can inspect.
-func (a *algorithms) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
-	if ins, ok := a.pick(ctx).(sluice.Inspector); ok {
+// Inspect asks the store picked, when it can inspect.
+func (pick routeStore) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
+	if ins, ok := pick(ctx).(sluice.Inspector); ok {
 		return ins.Inspect(ctx, key, rules)
 	}
 	return nil, sluice.ErrNotInspectable
@@ -65,6 +71,7 @@ func (a *algorithms) Close() error {
 // bucket with build.
 func newAlgorithms(tokenBucket sluice.Store, build func(name string) (algo.Store, error)) (*algorithms, error) {
 	a := &algorithms{tokenBucket: tokenBucket, others: map[string]sluice.Store{}}
+	a.routeStore = a.pick
 	for _, name := range algo.Names() {
 		if name == algo.TokenBucket {
 			continue

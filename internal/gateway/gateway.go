@@ -206,7 +206,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 			_ = client.Close()
 			return fmt.Errorf("%s: the per-second Redis (REDIS_PERSECOND_URL): %w", cfg.File, err)
 		}
-		store, closePerSecond = &perSecondStore{main: all, perSecond: ps}, closePS
+		store, closePerSecond = perSecondStore(all, ps), closePS
 	}
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis

@@ -10,13 +10,18 @@ import (
 )
 
 // perSecondStore sends the checks of the limits whose unit is SECOND to
-// the per-second Redis and every other check to the main one, as
-// envoyproxy/ratelimit does with REDIS_PERSECOND (`sluice ratelimit`;
+// perSecond, the per-second Redis's store, and every other check to main,
+// as envoyproxy/ratelimit does with REDIS_PERSECOND (`sluice ratelimit`;
 // config.Upstream.PerSecond). Which is which rides in the context
 // (withPerSecond). One store under the one resilient layer, so on_error
 // decides for both alike.
-type perSecondStore struct {
-	main, perSecond sluice.Store
+func perSecondStore(main, perSecond sluice.Store) routeStore {
+	return func(ctx context.Context) sluice.Store {
+		if ctx.Value(perSecondKey{}) != nil {
+			return perSecond
+		}
+		return main
+	}
 }
 
 type perSecondKey struct{}
@@ -28,29 +33,6 @@ func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Polic
 		return context.WithValue(ctx, perSecondKey{}, true)
 	}
 	return ctx
-}
-
-func (s *perSecondStore) pick(ctx context.Context) sluice.Store {
-	if ctx.Value(perSecondKey{}) != nil {
-		return s.perSecond
-	}
-	return s.main
-}
-
-func (s *perSecondStore) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	return s.pick(ctx).Check(ctx, req)
-}
-
-func (s *perSecondStore) Adjust(ctx context.Context, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	return s.pick(ctx).Adjust(ctx, key, delta, rules)
-}
-
-// Inspect asks the store of the context, when it can inspect.
-func (s *perSecondStore) Inspect(ctx context.Context, key string, rules []sluice.Rule) ([]sluice.Result, error) {
-	if ins, ok := s.pick(ctx).(sluice.Inspector); ok {
-		return ins.Inspect(ctx, key, rules)
-	}
-	return nil, sluice.ErrNotInspectable
 }
 
 // openPerSecond connects the per-second Redis of r and builds its store of
