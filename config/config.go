@@ -150,6 +150,11 @@ type RedisTLS struct {
 type Sentinel struct {
 	Master string   `yaml:"master"`
 	Addrs  []string `yaml:"addrs"`
+	// Username and Password authenticate to the sentinels themselves
+	// (`sluice ratelimit`'s REDIS_SENTINEL_AUTH); the master's are
+	// Redis.Username and Password.
+	Username string `yaml:"-"`
+	Password Secret `yaml:"-"`
 }
 
 // Identity says how authenticated callers are recognised. A credential

@@ -79,6 +79,8 @@ type EnvoyRLS struct {
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor
 	policies []httplimit.Policy
+	// perSecond names the policies of limits whose unit is SECOND.
+	perSecond map[string]bool
 }
 
 // Dir returns the directory of the descriptor files as read: ConfigDir,
@@ -95,6 +97,11 @@ func (e *EnvoyRLS) Domains() map[string]*RLSDescriptor { return e.domains }
 // rate_limit that the store decides: they have no pattern and are reached
 // only by name (RLSLimit.Policy).
 func (e *EnvoyRLS) Policies() []httplimit.Policy { return e.policies }
+
+// PerSecond reports whether policy, one of Policies, decides a limit whose
+// unit is SECOND: with `sluice ratelimit`'s REDIS_PERSECOND
+// (Upstream.PerSecond), its counters live in the per-second Redis.
+func (e *EnvoyRLS) PerSecond(policy string) bool { return e.perSecond[policy] }
 
 // RLSDescriptor is one level of a descriptor tree: the domain, or one
 // descriptor of a file.
@@ -353,14 +360,14 @@ func (v *validator) envoyRLS() {
 		v.fail("envoy_rls.config_dir", "%s holds %d descriptor files; want at most %d", dir, len(files), maxRLSFiles)
 		return
 	}
-	l := &rlsLoader{v: v, domains: make(map[string]*RLSDescriptor), where: make(map[string]string), names: make(map[string]string)}
+	l := &rlsLoader{v: v, domains: make(map[string]*RLSDescriptor), where: make(map[string]string), names: make(map[string]string), perSecond: make(map[string]bool)}
 	for _, f := range files {
 		l.file(f)
 	}
 	if len(l.domains) > 0 {
 		l.overrides()
 	}
-	e.domains, e.policies = l.domains, l.policies
+	e.domains, e.policies, e.perSecond = l.domains, l.policies, l.perSecond
 }
 
 // RLSOverridePolicy is the name of the policy that counts the hits of
@@ -390,17 +397,19 @@ func (l *rlsLoader) overrides() {
 		}
 		p.OnError = l.v.c.Store.onError
 		l.policies = append(l.policies, p)
+		l.perSecond[p.Name] = unit == "SECOND"
 	}
 }
 
 // rlsLoader reads descriptor files into trees and policies; its errors
 // name the descriptor file, the line and the field.
 type rlsLoader struct {
-	v        *validator
-	domains  map[string]*RLSDescriptor
-	where    map[string]string // domain -> file:line that defines it
-	names    map[string]string // policy name -> file:line, for collisions
-	policies []httplimit.Policy
+	v         *validator
+	domains   map[string]*RLSDescriptor
+	where     map[string]string // domain -> file:line that defines it
+	names     map[string]string // policy name -> file:line, for collisions
+	policies  []httplimit.Policy
+	perSecond map[string]bool // the policies of unit SECOND
 
 	cur   string // the file being read
 	lines map[string]int
@@ -456,13 +465,19 @@ func (l *rlsLoader) file(path string) {
 		l.fail("domain", "missing; want the domain Envoy's rate limit filter names, such as domain: edge")
 		return
 	}
+	top := l.domains[f.Domain]
 	if at, dup := l.where[f.Domain]; dup {
-		l.fail("domain", "%q is also the domain of %s; want one file per domain", f.Domain, at)
-		return
+		if up := l.v.c.EnvoyRLS.Upstream; up == nil || !up.MergeDomains {
+			l.fail("domain", "%q is also the domain of %s; want one file per domain (with `sluice ratelimit`, MERGE_DOMAIN_CONFIG=true merges them)", f.Domain, at)
+			return
+		}
+		// MERGE_DOMAIN_CONFIG: this file's descriptors join the domain's,
+		// as there; one given twice is refused below.
+	} else {
+		l.where[f.Domain] = fmt.Sprintf("%s:%d", path, l.lines["domain"])
+		top = &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
+		l.domains[f.Domain] = top
 	}
-	l.where[f.Domain] = fmt.Sprintf("%s:%d", path, l.lines["domain"])
-	top := &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
-	l.domains[f.Domain] = top
 	l.descriptors(top, f.Domain, "rls:"+f.Domain, "descriptors", f.Descriptors)
 }
 
@@ -607,5 +622,6 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	}
 	p.OnError = onError
 	l.policies = append(l.policies, p)
+	l.perSecond[name] = unit == "SECOND"
 	return lim
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,25 @@ type Upstream struct {
 	HTTPListen, DebugListen string
 	// LogLevel (debug, info, warn, error) and LogFormat (text, json).
 	LogLevel, LogFormat string
+	// PerSecond, from REDIS_PERSECOND=true and the REDIS_PERSECOND_
+	// variables, is the Redis that holds the counters of the limits whose
+	// unit is SECOND (EnvoyRLS.PerSecond names their policies); nil: every
+	// counter is in the Redis of store.redis.
+	PerSecond *Redis
+	// MergeDomains: MERGE_DOMAIN_CONFIG, several files of one domain add
+	// their descriptors to it (a descriptor given twice is still an
+	// error); otherwise a second file of a domain is refused.
+	MergeDomains bool
+	// QuotaMode: QUOTA_MODE, every descriptor of a call is in quota mode
+	// (the call is refused only when all of them are over their limits).
+	QuotaMode bool
+	// StopIncrementWhenOver: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a
+	// call that a descriptor refuses counts no hit on the descriptors that
+	// would have passed it.
+	StopIncrementWhenOver bool
+	// HealthyWithConfig: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, health
+	// (gRPC and /healthcheck) fails while no descriptor file is loaded.
+	HealthyWithConfig bool
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -77,7 +97,6 @@ const (
 	noStatsd  = "sluice sends no statsd; its metrics are Prometheus's, at http://DEBUG_HOST:DEBUG_PORT/metrics: scrape that and unset it"
 	noXDS     = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
 	noMemcash = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
-	onePool   = "sluice keeps every limit in the one Redis of REDIS_URL: unset it (and REDIS_PERSECOND)"
 	noTracing = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
 )
 
@@ -142,12 +161,12 @@ var UpstreamVars = []UpstreamVar{
 	accept("NEAR_LIMIT_RATIO", "0.8", 'f', "feeds a near_limit statsd counter there; no effect on answers"),
 	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
-	refuse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "not offered: a refused hit is counted, as by default there; for limits that do not count refusals, name a sluice algorithm (algorithm: sliding_window) in the descriptor"),
+	honour("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "true: as there, the counts are read first, and when a descriptor of a call would go over its limit only those over count the hits, the call takes nothing of the limits it passes (fixed-window limits; a sluice algorithm counts no refused hit anyway)"),
 	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: the limit, what remains and the seconds until reset in response_headers_to_add, named by LIMIT_*_HEADER (envoy_rls.response_headers: envoyproxy); false: no headers (none)"),
 	honour("LIMIT_LIMIT_HEADER", "RateLimit-Limit", 's', "the name of the limit header"),
 	honour("LIMIT_REMAINING_HEADER", "RateLimit-Remaining", 's', "the name of the remaining header"),
 	honour("LIMIT_RESET_HEADER", "RateLimit-Reset", 's', "the name of the reset header"),
-	refuse("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", 'b', "sluice loads the files before it serves and refuses to start on an invalid one: unset it"),
+	honour("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", 'b', "true: gRPC health for ratelimit and /healthcheck fail while no descriptor file is loaded (sluice starts on an empty directory either way; a file that does not load stops it at start)"),
 	honour("REDIS_SOCKET_TYPE", "unix", 's', "unix (REDIS_URL is a socket path) or tcp (HOST:PORT)"),
 	honour("REDIS_TYPE", "SINGLE", 's', "SINGLE, SENTINEL (REDIS_URL: master,sentinel1:port,…) or CLUSTER (REDIS_URL: node1:port,…)"),
 	honour("REDIS_URL", "/var/run/nutcracker/ratelimit.sock", 's', "the Redis, as REDIS_SOCKET_TYPE and REDIS_TYPE say"),
@@ -160,22 +179,22 @@ var UpstreamVars = []UpstreamVar{
 	refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', "sluice always verifies Redis's certificate: give its CA in REDIS_TLS_CACERT and unset it"),
 	accept("REDIS_PIPELINE_WINDOW", "0", 'd', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
 	accept("REDIS_PIPELINE_LIMIT", "0", 'i', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
-	refuse("REDIS_PERSECOND", "false", 'b', onePool),
-	refuse("REDIS_PERSECOND_SOCKET_TYPE", "unix", 's', onePool),
-	refuse("REDIS_PERSECOND_TYPE", "SINGLE", 's', onePool),
-	refuse("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", 's', onePool),
-	refuse("REDIS_PERSECOND_POOL_SIZE", "10", 'i', onePool),
-	refuse("REDIS_PERSECOND_AUTH", "", 's', onePool),
-	refuse("REDIS_PERSECOND_TLS", "false", 'b', onePool),
-	refuse("REDIS_SENTINEL_AUTH", "", 's', "sluice authenticates to the Redis master only (REDIS_AUTH), not to the sentinels: unset it"),
-	refuse("REDIS_PERSECOND_SENTINEL_AUTH", "", 's', onePool),
-	refuse("REDIS_PERSECOND_PIPELINE_WINDOW", "0", 'd', onePool),
-	refuse("REDIS_PERSECOND_PIPELINE_LIMIT", "0", 'i', onePool),
+	honour("REDIS_PERSECOND", "false", 'b', "true: the counters of the limits whose unit is second (a request's own limit override of unit SECOND too) live in the Redis of the REDIS_PERSECOND_ variables, the others in REDIS_URL's, as there"),
+	honour("REDIS_PERSECOND_SOCKET_TYPE", "unix", 's', "the per-second Redis (REDIS_PERSECOND=true): unix or tcp, as REDIS_SOCKET_TYPE"),
+	honour("REDIS_PERSECOND_TYPE", "SINGLE", 's', "the per-second Redis (REDIS_PERSECOND=true): SINGLE, SENTINEL or CLUSTER, as REDIS_TYPE"),
+	honour("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock", 's', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_URL"),
+	honour("REDIS_PERSECOND_POOL_SIZE", "10", 'i', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_POOL_SIZE"),
+	honour("REDIS_PERSECOND_AUTH", "", 's', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_AUTH"),
+	honour("REDIS_PERSECOND_TLS", "false", 'b', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_TLS, with the REDIS_TLS_ files"),
+	honour("REDIS_SENTINEL_AUTH", "", 's', "password, or user:password, of the sentinels (REDIS_TYPE=SENTINEL); REDIS_AUTH is the master's"),
+	honour("REDIS_PERSECOND_SENTINEL_AUTH", "", 's', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_SENTINEL_AUTH"),
+	accept("REDIS_PERSECOND_PIPELINE_WINDOW", "0", 'd', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
+	accept("REDIS_PERSECOND_PIPELINE_LIMIT", "0", 'i', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
 	refuse("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", 'b', "sluice answers by its failure policy (open, closed, local) when Redis fails, and /readyz on the debug port reports the store: unset it"),
 	honour("REDIS_TIMEOUT", "10s", 'd', "bounds a Redis call (sluice's 50ms when unset)"),
-	refuse("REDIS_PERSECOND_TIMEOUT", "10s", 'd', onePool),
+	honour("REDIS_PERSECOND_TIMEOUT", "10s", 'd', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_TIMEOUT"),
 	accept("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', "sluice's pool waits for a connection, as WAIT does"),
-	refuse("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', onePool),
+	accept("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', "sluice's pool waits for a connection, as WAIT does"),
 	refuse("MEMCACHE_HOST_PORT", "", 's', noMemcash),
 	refuse("MEMCACHE_MAX_IDLE_CONNS", "2", 'i', noMemcash),
 	refuse("MEMCACHE_SRV", "", 's', noMemcash),
@@ -186,9 +205,9 @@ var UpstreamVars = []UpstreamVar{
 	refuse("MEMCACHE_TLS_CACERT", "", 's', noMemcash),
 	refuse("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', noMemcash),
 	honour("SHADOW_MODE", "false", 'b', "overall_code OK even when a descriptor is over its limit (its status says OVER_LIMIT)"),
-	refuse("QUOTA_MODE", "false", 'b', "not offered globally: write quota_mode: true on the descriptors"),
+	honour("QUOTA_MODE", "false", 'b', "true: every descriptor of a call is in quota mode, as there: the call is OVER_LIMIT only when every descriptor that is not unlimited is (one without a limit never is)"),
 	honour("RESPONSE_DYNAMIC_METADATA", "false", 'b', "true: dynamic_metadata with the domain, the descriptors, hitsAddend and the metadata: of the limits that passed (envoy_rls.response_dynamic_metadata)"),
-	refuse("MERGE_DOMAIN_CONFIG", "false", 'b', "sluice refuses two files of one domain, as by default there: put the domain's descriptors in one file"),
+	honour("MERGE_DOMAIN_CONFIG", "false", 'b', "true: several files of one domain add their descriptors to it, as there (a descriptor given twice at one level is still refused); false: a second file of a domain is refused"),
 	refuse("TRACING_ENABLED", "false", 'b', noTracing),
 	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
 	refuse("TRACING_SERVICE_NAMESPACE", "", 's', noTracing),
@@ -308,20 +327,11 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	if b := str("BACKEND_TYPE"); b != "redis" {
 		bad("BACKEND_TYPE=%q is not offered: %s", b, noMemcash)
 	}
-	redisFromEnv(&c.Store.Redis, str, boolean, bad)
-	if n := num("REDIS_POOL_SIZE"); n < 1 {
-		bad("REDIS_POOL_SIZE=%d: want 1 or more", n)
-	} else if _, set := env["REDIS_POOL_SIZE"]; set {
-		c.Store.Redis.PoolSize = int(n)
+	redisFromEnv(&c.Store.Redis, "REDIS_", env, vals, bad)
+	if boolean("REDIS_PERSECOND") {
+		up.PerSecond = &Redis{}
+		redisFromEnv(up.PerSecond, "REDIS_PERSECOND_", env, vals, bad)
 	}
-	if _, set := env["REDIS_TIMEOUT"]; set {
-		if d, _ := vals["REDIS_TIMEOUT"].(time.Duration); d > 0 {
-			c.Store.Redis.Timeout = d
-		} else {
-			bad("REDIS_TIMEOUT=%q: want a positive duration such as 50ms", env["REDIS_TIMEOUT"])
-		}
-	}
-
 	root, sub, app := str("RUNTIME_ROOT"), str("RUNTIME_SUBDIRECTORY"), str("RUNTIME_APPDIRECTORY")
 	if sub == "" && boolean("RUNTIME_WATCH_ROOT") {
 		bad("RUNTIME_SUBDIRECTORY is empty while RUNTIME_WATCH_ROOT is true, where envoyproxy/ratelimit loads no configuration at all: set RUNTIME_SUBDIRECTORY (the files are read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
@@ -329,6 +339,10 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	c.EnvoyRLS.ConfigDir = filepath.Join(root, sub, app)
 	up.IgnoreDotFiles = boolean("RUNTIME_IGNOREDOTFILES")
 	up.ShadowMode = boolean("SHADOW_MODE")
+	up.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
+	up.QuotaMode = boolean("QUOTA_MODE")
+	up.StopIncrementWhenOver = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	up.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 
 	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
 	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.
@@ -354,24 +368,60 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}
-	return Build(c, ".")
+	built, err := Build(c, ".")
+	if err != nil {
+		// The checks of Build name sluice's fields: say which variables
+		// they come from.
+		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, upstreamFields.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			field := strings.Trim(m, ": ")
+			for _, f := range upstreamFieldVars {
+				if field == f.field || strings.HasPrefix(field, f.field+".") {
+					return ": " + f.vars + " (" + field + "):"
+				}
+			}
+			return m
+		}))
+	}
+	if up.PerSecond != nil && up.PerSecond.Timeout == 0 {
+		up.PerSecond.Timeout = built.Store.Redis.Timeout
+	}
+	return built, err
 }
 
-// redisFromEnv fills r from REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL,
-// REDIS_AUTH and the REDIS_TLS variables.
-func redisFromEnv(r *Redis, str func(string) string, boolean func(string) bool, bad func(string, ...any)) {
-	socket, typ, addr := strings.ToLower(str("REDIS_SOCKET_TYPE")), strings.ToUpper(str("REDIS_TYPE")), str("REDIS_URL")
-	tls := boolean("REDIS_TLS")
+// upstreamFields finds the field an error of Build names, and
+// upstreamFieldVars the variables each field is made of.
+var (
+	upstreamFields    = regexp.MustCompile(`: [a-z_]+(\.[a-z_]+)*:`)
+	upstreamFieldVars = []struct{ field, vars string }{
+		{"envoy_rls.config_dir", "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY"},
+		{"envoy_rls.tls", "GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT"},
+		{"envoy_rls.listen", "GRPC_HOST and GRPC_PORT"},
+		{"envoy_rls", "LIMIT_RESPONSE_HEADERS_ENABLED and the LIMIT_ headers"},
+		{"store.redis.tls", "REDIS_TLS, REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY"},
+		{"store.redis", "REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL, REDIS_AUTH, REDIS_POOL_SIZE and REDIS_TIMEOUT"},
+		{"admin_listen", "DEBUG_HOST and DEBUG_PORT"},
+		{"listen", "HOST and PORT"},
+	}
+)
+
+// redisFromEnv fills r from the variables of prefix (REDIS_ or
+// REDIS_PERSECOND_): SOCKET_TYPE, TYPE, URL, AUTH, SENTINEL_AUTH, TLS,
+// POOL_SIZE and TIMEOUT, and the REDIS_TLS_ files, which both Redis share
+// (as there). env holds what is set; vals every variable's value.
+func redisFromEnv(r *Redis, prefix string, env map[string]string, vals map[string]any, bad func(string, ...any)) {
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	socket, typ, addr := strings.ToLower(str(prefix+"SOCKET_TYPE")), strings.ToUpper(str(prefix+"TYPE")), str(prefix+"URL")
+	tls, _ := vals[prefix+"TLS"].(bool)
 	scheme := "redis://"
 	if tls {
 		scheme = "rediss://"
 	}
 	if socket != "unix" && socket != "tcp" {
-		bad("REDIS_SOCKET_TYPE=%q: want unix or tcp", str("REDIS_SOCKET_TYPE"))
+		bad("%sSOCKET_TYPE=%q: want unix or tcp", prefix, str(prefix+"SOCKET_TYPE"))
 		return
 	}
 	if addr == "" {
-		bad("REDIS_URL is empty: want the Redis's socket path or HOST:PORT")
+		bad("%sURL is empty: want the Redis's socket path or HOST:PORT", prefix)
 		return
 	}
 	list := strings.Split(addr, ",")
@@ -379,7 +429,7 @@ func redisFromEnv(r *Redis, str func(string) string, boolean func(string) bool, 
 	case "SINGLE":
 		if socket == "unix" {
 			if tls {
-				bad("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: TLS is for tcp; unset REDIS_TLS")
+				bad("%sTLS=true with %sSOCKET_TYPE=unix: TLS is for tcp; unset %sTLS", prefix, prefix, prefix)
 			}
 			r.URL = "unix://" + addr
 		} else {
@@ -387,13 +437,13 @@ func redisFromEnv(r *Redis, str func(string) string, boolean func(string) bool, 
 		}
 	case "SENTINEL", "CLUSTER":
 		if socket != "tcp" {
-			bad("REDIS_TYPE=%s needs REDIS_SOCKET_TYPE=tcp", typ)
+			bad("%sTYPE=%s needs %sSOCKET_TYPE=tcp", prefix, typ, prefix)
 			return
 		}
 		if typ == "CLUSTER" {
 			r.ClusterAddrs = list
 		} else if len(list) < 2 {
-			bad("REDIS_URL=%q with REDIS_TYPE=SENTINEL: want the master name and the sentinels, such as mymaster,10.0.0.1:26379,10.0.0.2:26379", addr)
+			bad("%sURL=%q with %sTYPE=SENTINEL: want the master name and the sentinels, such as mymaster,10.0.0.1:26379,10.0.0.2:26379", prefix, addr, prefix)
 			return
 		} else {
 			r.Sentinel = Sentinel{Master: list[0], Addrs: list[1:]}
@@ -402,20 +452,46 @@ func redisFromEnv(r *Redis, str func(string) string, boolean func(string) bool, 
 			r.URL = "rediss://" + list[len(list)-1] // TLS for the cluster or the sentinels' master
 		}
 	default:
-		bad("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", str("REDIS_TYPE"))
+		bad("%sTYPE=%q: want SINGLE, SENTINEL or CLUSTER", prefix, str(prefix+"TYPE"))
 		return
 	}
-	if auth := str("REDIS_AUTH"); auth != "" {
+	if auth := str(prefix + "AUTH"); auth != "" {
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
 			r.Username, r.Password = user, Secret(pass)
 		} else {
 			r.Password = Secret(auth)
 		}
 	}
-	r.TLS = RedisTLS{CAFile: str("REDIS_TLS_CACERT"), CertFile: str("REDIS_TLS_CLIENT_CERT"), KeyFile: str("REDIS_TLS_CLIENT_KEY")}
-	if !tls && r.TLS != (RedisTLS{}) {
-		bad("REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT or REDIS_TLS_CLIENT_KEY is set but REDIS_TLS is not true: set REDIS_TLS=true, or unset them")
+	if auth := str(prefix + "SENTINEL_AUTH"); auth != "" {
+		if r.Sentinel.Master == "" {
+			bad("%sSENTINEL_AUTH is set but %sTYPE is not SENTINEL: set %sTYPE=SENTINEL, or unset it", prefix, prefix, prefix)
+		}
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			r.Sentinel.Username, r.Sentinel.Password = user, Secret(pass)
+		} else {
+			r.Sentinel.Password = Secret(auth)
+		}
 	}
+	if n, _ := vals[prefix+"POOL_SIZE"].(int64); n < 1 {
+		bad("%sPOOL_SIZE=%d: want 1 or more", prefix, n)
+	} else if _, set := env[prefix+"POOL_SIZE"]; set {
+		r.PoolSize = int(n)
+	}
+	if _, set := env[prefix+"TIMEOUT"]; set {
+		if d, _ := vals[prefix+"TIMEOUT"].(time.Duration); d > 0 {
+			r.Timeout = d
+		} else {
+			bad("%sTIMEOUT=%q: want a positive duration such as 50ms", prefix, env[prefix+"TIMEOUT"])
+		}
+	}
+	if !tls {
+		if prefix == "REDIS_" && (str("REDIS_TLS_CACERT") != "" || str("REDIS_TLS_CLIENT_CERT") != "" || str("REDIS_TLS_CLIENT_KEY") != "") {
+			bad("REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT or REDIS_TLS_CLIENT_KEY is set but REDIS_TLS is not true: set REDIS_TLS=true, or unset them")
+		}
+		return
+	}
+	// The files serve both Redis, as there.
+	r.TLS = RedisTLS{CAFile: str("REDIS_TLS_CACERT"), CertFile: str("REDIS_TLS_CLIENT_CERT"), KeyFile: str("REDIS_TLS_CLIENT_KEY")}
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

@@ -138,6 +138,38 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		}},
 		{[]string{"REDIS_TIMEOUT=2s"}, func(c *config.Config) string { return want(c.Store.Redis.Timeout, 2*time.Second) }},
 		{[]string{"SHADOW_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.ShadowMode, true) }},
+		{[]string{"QUOTA_MODE=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.QuotaMode, true) }},
+		{[]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.HealthyWithConfig, true)
+		}},
+		{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, func(c *config.Config) string {
+			return want(c.EnvoyRLS.Upstream.StopIncrementWhenOver, true)
+		}},
+		{[]string{"MERGE_DOMAIN_CONFIG=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.MergeDomains, true) }},
+		{[]string{"REDIS_TYPE=SENTINEL", "REDIS_URL=m,10.0.0.1:26379", "REDIS_SENTINEL_AUTH=sentry:pw"}, func(c *config.Config) string {
+			s := c.Store.Redis.Sentinel
+			return want(s.Username+"/"+s.Password.Reveal()+" "+c.Store.Redis.Password.Reveal(), "sentry/pw ")
+		}},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=unix", "REDIS_PERSECOND_URL=/run/ps.sock"}, func(c *config.Config) string {
+			ps := c.EnvoyRLS.Upstream.PerSecond
+			if ps == nil {
+				return "no per-second Redis"
+			}
+			// Unset, its timeout is the main Redis's; the limit of unit
+			// second in upstreamBase's file is decided there.
+			return want(fmt.Sprint(ps.URL, " ", ps.Timeout, " ", c.EnvoyRLS.PerSecond("rls:d/k"), " ", c.EnvoyRLS.PerSecond(config.RLSOverridePolicy("SECOND")), " ", c.EnvoyRLS.PerSecond(config.RLSOverridePolicy("MINUTE"))),
+				"unix:///run/ps.sock 50ms true true false")
+		}},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=m2,10.0.0.9:26379",
+			"REDIS_PERSECOND_AUTH=u:p", "REDIS_PERSECOND_SENTINEL_AUTH=sp", "REDIS_PERSECOND_POOL_SIZE=77", "REDIS_PERSECOND_TIMEOUT=3s", "REDIS_PERSECOND_TLS=true",
+			"REDIS_TLS=true", "REDIS_TLS_CACERT=" + caFile}, func(c *config.Config) string {
+			ps := c.EnvoyRLS.Upstream.PerSecond
+			if ps == nil {
+				return "no per-second Redis"
+			}
+			return want(fmt.Sprint(ps.Sentinel.Master, ps.Sentinel.Addrs, " ", ps.Username, "/", ps.Password.Reveal(), " ", ps.Sentinel.Password.Reveal(), " ", ps.PoolSize, " ", ps.Timeout, " ", ps.URL, " ", ps.TLS.CAFile == caFile),
+				"m2[10.0.0.9:26379] u/p sp 77 3s rediss://10.0.0.9:26379 true")
+		}},
 	}
 	covered := map[string]bool{"RUNTIME_ROOT": true, "RUNTIME_SUBDIRECTORY": true, "REDIS_URL": true}
 	for _, tc := range cases {
@@ -317,10 +349,23 @@ func TestFromUpstreamEnvDirectory(t *testing.T) {
 	if got := strings.Join(domains(), ","); got != "d,deeper,dotdir,hidden,top" {
 		t.Errorf("with a link to a directory: domains %s; want it not followed", got)
 	}
-	file("again", "top")
+	writeFile(t, filepath.Join(conf, "again"), "domain: top\ndescriptors:\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	_, err := config.FromUpstreamEnv(env)
 	if err == nil || !strings.Contains(err.Error(), `"top" is also the domain of`) {
 		t.Errorf("two files of one domain: err %v; want it refused", err)
+	}
+	// MERGE_DOMAIN_CONFIG=true merges them, as there; a descriptor given
+	// in both is still refused.
+	c, err := config.FromUpstreamEnv(append(env, "MERGE_DOMAIN_CONFIG=true"))
+	if err != nil {
+		t.Fatalf("two files of one domain with MERGE_DOMAIN_CONFIG=true: %v", err)
+	}
+	if got := strings.Join(mapKeys(c.EnvoyRLS.Domains()["top"].Children), ","); got != "k,k2" {
+		t.Errorf("merged domain top has descriptors %s; want k,k2", got)
+	}
+	file("again2", "top")
+	if _, err := config.FromUpstreamEnv(append(env, "MERGE_DOMAIN_CONFIG=true")); err == nil || !strings.Contains(err.Error(), "given twice at this level") {
+		t.Errorf("one descriptor in two merged files: err %v; want it refused", err)
 	}
 }
 
@@ -352,4 +397,29 @@ func TestUpstreamVarsDocumented(t *testing.T) {
 			t.Errorf("docs/envoy.md row %d: %s\nwant | `%s` | … | %s: %s |", i+1, rows[i], u.Name, u.Handling(), u.Note)
 		}
 	}
+}
+
+// FuzzFromUpstreamEnv: any value of any variable is taken or refused with
+// a message that names the variable; none panics.
+func FuzzFromUpstreamEnv(f *testing.F) {
+	for i, u := range config.UpstreamVars {
+		for _, v := range []string{"", "true", "x", "-1", "0", "99999999999999999999", "1h", "a,b", "unix", "tcp", "SENTINEL", "CLUSTER", "\x00", "::1", "0.0.0.0", u.Default} {
+			f.Add(i, v)
+		}
+	}
+	root := f.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	base := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6390"}
+	f.Fuzz(func(t *testing.T, i int, value string) {
+		if i < 0 {
+			i = -(i + 1)
+		}
+		u := config.UpstreamVars[i%len(config.UpstreamVars)]
+		_, err := config.FromUpstreamEnv(append(slices.Clone(base), u.Name+"="+value))
+		if err != nil && !strings.Contains(err.Error(), u.Name) {
+			t.Errorf("%s=%q: %v; want the message to name %s", u.Name, value, err, u.Name)
+		}
+	})
 }

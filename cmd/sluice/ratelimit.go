@@ -21,9 +21,10 @@ RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, subdirectories
 too (dotfiles skipped with RUNTIME_IGNOREDOTFILES=true), watched: a change
 applies within about 2 s, and a file that fails keeps the running
 configuration (logged, and counted in sluice_config_reloads_total).
-Counters live in the Redis of REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL.
+Counters live in the Redis of REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL
+(those of unit second in the REDIS_PERSECOND_ one with REDIS_PERSECOND=true).
 
-A variable sluice does not offer (statsd, memcache, xDS, a second Redis,
+A variable sluice does not offer (statsd, memcache, xDS, tracing,
 …) is refused at start when set to anything but its default, with what to
 use instead; docs/envoy.md lists every variable and what sluice does with
 it. Exit status: 2 when the environment or a descriptor file is invalid,

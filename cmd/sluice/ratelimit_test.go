@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,8 +76,36 @@ func startRatelimit(t *testing.T, environ []string) *dropIn {
 // the directory). It returns the two and the config directory.
 func startBoth(t *testing.T, files map[string]string) ([]*dropIn, string) {
 	t.Helper()
+	b := startBothEnv(t, envoytest.January, files, nil)
+	return b.services, b.conf
+}
+
+// both is what startBothEnv started.
+type both struct {
+	services   []*dropIn // envoyproxy/ratelimit, then sluice ratelimit
+	conf, root string    // the config directory, RUNTIME_ROOT
+	redis      *redistest.Server
+}
+
+// startBothEnv is startBoth against the release r, with the variables of
+// extra added to (or overriding) the common environment; it returns the
+// runtime root too.
+func startBothEnv(t *testing.T, r envoytest.Release, files map[string]string, extra map[string]string) both {
+	t.Helper()
 	redis := redistest.Start(t, redistest.WithUnixSocket())
 	root := t.TempDir()
+	if extra["RUNTIME_WATCH_ROOT"] == "true" {
+		// As upstream's README deploys it: RUNTIME_ROOT is a symlink
+		// (current) to a directory of the files (v1), swapped to apply
+		// another (swapRoot).
+		if err := os.Mkdir(filepath.Join(root, "v1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("v1", filepath.Join(root, "current")); err != nil {
+			t.Fatal(err)
+		}
+		root = filepath.Join(root, "current")
+	}
 	conf := filepath.Join(root, "rl", "config")
 	for name, yaml := range files {
 		writeTestFile(t, filepath.Join(conf, name), yaml)
@@ -95,13 +124,16 @@ func startBoth(t *testing.T, files map[string]string) ([]*dropIn, string) {
 		"LIMIT_REMAINING_HEADER":         "X-Left",
 		"RESPONSE_DYNAMIC_METADATA":      "true",
 	}
-	peer := envoytest.StartEnv(t, env)
+	for k, v := range extra {
+		env[k] = v
+	}
+	peer := envoytest.StartEnvRelease(t, r, env)
 	environ := envoytest.Environ(root, "", 0, 0, 0)
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	up := &dropIn{name: "envoyproxy/ratelimit", grpc: peer.Addr(), http: peer.HTTPAddr(), debug: peer.DebugAddr(), signal: peer.Signal, log: peer.Log}
-	return []*dropIn{up, startRatelimit(t, environ)}, conf
+	up := &dropIn{name: "envoyproxy/ratelimit " + r.Name, grpc: peer.Addr(), http: peer.HTTPAddr(), debug: peer.DebugAddr(), signal: peer.Signal, log: peer.Log}
+	return both{services: []*dropIn{up, startRatelimit(t, environ)}, conf: conf, root: root, redis: redis}
 }
 
 func writeTestFile(t *testing.T, path, data string) {
@@ -164,15 +196,26 @@ func dropInRequests(tag string) []*rlsv3.RateLimitRequest {
 // window). A replay across a window's edge is tried again on new buckets.
 func replay(t *testing.T, services []*dropIn, round string) {
 	t.Helper()
+	replayCalls(t, envoytest.January, services, round, dropInRequests)
+}
+
+// replayCalls is replay of the calls reqs gives for a tag (new buckets
+// for each attempt), the first service being envoyproxy/ratelimit of
+// release r. Each attempt starts just after a second's edge, so that
+// calls of unit second fit in one window on a machine that is not
+// starved; an attempt that straddles one anyway is tried again.
+func replayCalls(t *testing.T, r envoytest.Release, services []*dropIn, round string, reqs func(tag string) []*rlsv3.RateLimitRequest) {
+	t.Helper()
 	var clients []*envoytest.Client
 	for _, s := range services {
 		clients = append(clients, envoytest.Dial(t, s.name, s.grpc))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for attempt := range 4 {
-		reqs := dropInRequests(fmt.Sprintf("%s-%d", round, attempt))
-		out, start, end, err := envoytest.Run(ctx, clients, reqs)
+	for attempt := range 10 {
+		calls := reqs(fmt.Sprintf("%s-%d", round, attempt))
+		envoytest.WaitWindowStart(5 * time.Second)
+		out, start, end, err := envoytest.Run(ctx, clients, calls)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,14 +223,69 @@ func replay(t *testing.T, services []*dropIn, round string) {
 			continue
 		}
 		slack := int64(end.Sub(start)/time.Second) + 1
-		for i := range reqs {
-			if diff := envoytest.Diff(envoytest.January.AsMain(out[0][i]), out[1][i], slack); len(diff) > 0 {
-				t.Errorf("%s call %d %v:\n  envoyproxy/ratelimit %v\n  sluice ratelimit     %v\n  %s", round, i, reqs[i], out[0][i], out[1][i], strings.Join(diff, "\n  "))
+		for i := range calls {
+			if diff := envoytest.Diff(r.AsMain(out[0][i]), out[1][i], slack); len(diff) > 0 {
+				t.Errorf("%s call %d %v:\n  %s %v\n  sluice ratelimit     %v\n  %s", round, i, calls[i], services[0].name, out[0][i], out[1][i], strings.Join(diff, "\n  "))
 			}
 		}
 		return
 	}
 	t.Fatal("every attempt straddled a window's edge")
+}
+
+// swapRoot makes a copy of the directory RUNTIME_ROOT (root, a symlink)
+// points to, with the files given written (relative to the config
+// directory), and swaps the link to it at once (a rename), as a
+// Kubernetes ConfigMap update or upstream's README does.
+func swapRoot(t *testing.T, root, version string, files map[string]string) {
+	t.Helper()
+	parent := filepath.Dir(root)
+	cur, err := os.Readlink(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(parent, version)
+	if out, err := exec.Command("cp", "-a", filepath.Join(parent, cur), next).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	for name, yaml := range files {
+		p := filepath.Join(next, "rl", "config", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(parent, "current.tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRatelimitDropInWatchRoot is TestRatelimitDropIn as upstream runs
+// by default, RUNTIME_WATCH_ROOT=true: RUNTIME_ROOT a symlink that is
+// swapped to a new directory (upstream reloads on that swap only). The
+// answers are the same before and after both have applied the edit.
+func TestRatelimitDropInWatchRoot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, envoytest.January, map[string]string{"edge.yaml": dropInEdge, "nested/limits": dropInNested},
+		map[string]string{"RUNTIME_WATCH_ROOT": "true"})
+	replay(t, b.services, "before")
+	edited := strings.Replace(dropInEdge, "requests_per_unit: 3}", "requests_per_unit: 4}", 1) +
+		"  - key: method\n    value: POST\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	nested := strings.Replace(dropInNested, "requests_per_unit: 2}", "requests_per_unit: 3}", 1)
+	swapRoot(t, b.root, "v2", map[string]string{"edge.yaml": edited, "nested/limits": nested})
+	for _, s := range b.services {
+		waitBody(t, s, "http://"+s.debug+"/rlconfig", "edge.path_/login*: unit=HOUR requests_per_unit=4")
+		waitBody(t, s, "http://"+s.debug+"/rlconfig", "nested.user: unit=HOUR requests_per_unit=3")
+	}
+	replay(t, b.services, "after")
 }
 
 // TestRatelimitDropIn starts envoyproxy/ratelimit and `sluice ratelimit`
@@ -333,7 +431,7 @@ func TestRatelimitEndpoints(t *testing.T) {
 			hc := statusOrError("http://" + s.http + "/healthcheck")
 			// sluice serves through its drain, where /healthcheck must
 			// answer 500, not be gone.
-			failing := hc == "500" || (hc == "error" && s.name == "envoyproxy/ratelimit")
+			failing := hc == "500" || (hc == "error" && strings.HasPrefix(s.name, "envoyproxy/ratelimit"))
 			if (err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING) && failing {
 				break
 			}
@@ -389,13 +487,13 @@ func jsonShape(s string) string {
 // that names it and what to use instead.
 func TestRatelimitRefusesAtStart(t *testing.T) {
 	cmd := exec.Command(binary, "ratelimit")
-	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "REDIS_PERSECOND=true"}
+	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_STATSD=true", "MEMCACHE_HOST_PORT=m:11211"}
 	out, err := cmd.CombinedOutput()
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	}
-	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "REDIS_PERSECOND=\"true\" is not offered") {
+	if code != 2 || !strings.Contains(string(out), "USE_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "MEMCACHE_HOST_PORT=\"m:11211\" is not offered") {
 		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
 	}
 }
@@ -419,4 +517,273 @@ func TestRatelimitPprof(t *testing.T) {
 			t.Errorf("%q: /debug/pprof/ on the debug listener answered %s; want %s", c.env, got, c.want)
 		}
 	}
+}
+
+const perSecondLimits = `domain: ps
+descriptors:
+  - key: persec
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: perminute
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+// TestRatelimitPerSecondRedis: with REDIS_PERSECOND=true both services
+// keep the counters of the limits whose unit is second (a request's own
+// limit of unit SECOND too) in the per-second Redis and the others in
+// REDIS_URL's, and answer alike.
+func TestRatelimitPerSecondRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	perSecond := redistest.Start(t)
+	b := startBothEnv(t, envoytest.January, map[string]string{"ps.yaml": perSecondLimits}, map[string]string{
+		"REDIS_PERSECOND":             "true",
+		"REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+		"REDIS_PERSECOND_URL":         perSecond.Addr(),
+	})
+	// Every key either service writes, from Redis's keyspace events (a
+	// counter of unit second is gone a second later).
+	psKeys, mainKeys := watchKeys(t, perSecond), watchKeys(t, b.redis)
+	d, r := envoytest.Descriptor, envoytest.Request
+	attempts := 0
+	replayCalls(t, envoytest.January, b.services, "ps", func(tag string) []*rlsv3.RateLimitRequest {
+		attempts++
+		var reqs []*rlsv3.RateLimitRequest
+		for range 3 {
+			reqs = append(reqs,
+				r("ps", 0, d("persec", "a"+tag)),
+				r("ps", 0, d("perminute", "b"+tag)),
+				r("ps", 0, d("persec", "c"+tag), d("perminute", "c"+tag)),
+				r("ps", 0, envoytest.WithLimit(d("overridesec", "d"+tag), 1, "SECOND")),
+			)
+		}
+		return reqs
+	})
+	// sluice's keys start with "sluice:" and name no descriptor (one per
+	// distinct list of entries: 3 of unit second and 2 of minute an
+	// attempt); envoyproxy/ratelimit's start with the domain and say it.
+	has := func(set []string, s string) bool {
+		return slices.ContainsFunc(set, func(k string) bool { return strings.Contains(k, s) })
+	}
+	for _, c := range []struct {
+		name         string
+		keys         func() (sluiceKeys, peerKeys []string)
+		sluice       int
+		want, wantNo []string
+	}{
+		{"the per-second Redis", psKeys, 3 * attempts, []string{"persec", "overridesec"}, []string{"perminute"}},
+		{"REDIS_URL's Redis", mainKeys, 2 * attempts, []string{"perminute"}, []string{"persec", "overridesec"}},
+	} {
+		sl, peer := c.keys()
+		for _, w := range c.want {
+			if !has(peer, w) {
+				t.Errorf("%s: envoyproxy/ratelimit wrote %q there; want %s too", c.name, peer, w)
+			}
+		}
+		for _, w := range c.wantNo {
+			if has(peer, w) {
+				t.Errorf("%s: envoyproxy/ratelimit wrote %q there; want no %s", c.name, peer, w)
+			}
+		}
+		if len(sl) != c.sluice {
+			t.Errorf("%s: sluice ratelimit wrote %d keys there (%q); want %d", c.name, len(sl), sl, c.sluice)
+		}
+	}
+}
+
+// watchKeys turns on s's keyspace events and returns what the keys
+// written since are: sluice's (starting "sluice:") and the others.
+func watchKeys(t *testing.T, s *redistest.Server) func() (sluiceKeys, peerKeys []string) {
+	t.Helper()
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", "KA").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := c.PSubscribe(ctx, "__keyspace@0__:*")
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range sub.Channel() {
+			mu.Lock()
+			seen[strings.TrimPrefix(m.Channel, "__keyspace@0__:")] = true
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { sub.Close(); <-done })
+	return func() (sluiceKeys, peerKeys []string) {
+		// A PING through the subscription comes back after every event
+		// sent before it.
+		if err := sub.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			same := n == len(seen)
+			mu.Unlock()
+			if same || time.Now().After(deadline) {
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k := range seen {
+			if strings.HasPrefix(k, "sluice:") {
+				sluiceKeys = append(sluiceKeys, k)
+			} else {
+				peerKeys = append(peerKeys, k)
+			}
+		}
+		slices.Sort(sluiceKeys)
+		slices.Sort(peerKeys)
+		return sluiceKeys, peerKeys
+	}
+}
+
+// TestRatelimitMergeDomains: with MERGE_DOMAIN_CONFIG=true both services
+// merge two files of one domain (one in a subdirectory) and answer alike.
+func TestRatelimitMergeDomains(t *testing.T) {
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.January, map[string]string{
+		"m1.yaml": "domain: m\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+		"more/m2": "domain: m\ndescriptors:\n  - key: y\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: x2\n    descriptors:\n      - key: z\n        rate_limit: {unit: day, requests_per_unit: 1}\n",
+	}, map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, "merge", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("m", 0, d("x", "a"+tag)),
+			r("m", 0, d("y", "b"+tag)),
+			r("m", 0, d("x2", "c"+tag, "z", "w")),
+			r("m", 0, d("x", "d"+tag), d("y", "d"+tag)),
+		}
+	})
+}
+
+// TestRatelimitQuotaMode: with QUOTA_MODE=true both services put every
+// descriptor in quota mode: a call is refused only when each descriptor
+// that is not unlimited is over its limit, one without a limit never
+// being. envoyproxy/ratelimit's January commit never refused for quota
+// mode, so this holds sluice against its main.
+func TestRatelimitQuotaMode(t *testing.T) {
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.Main, map[string]string{
+		"q.yaml": `domain: q
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: u
+    rate_limit: {unlimited: true}
+  - key: named
+    rate_limit: {name: n, unit: hour, requests_per_unit: 1}
+  - key: replacer
+    rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: n}]}
+`}, map[string]string{"QUOTA_MODE": "true"}, "quota", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("q", 0, d("a", "1"+tag)),
+			r("q", 0, d("a", "2"+tag), d("b", "2"+tag)),
+			r("q", 0, d("a", "3"+tag), d("nolimit", "3")),
+			r("q", 0, d("u", "4"+tag), d("a", "4"+tag)),
+			r("q", 0, d("named", "5"+tag), d("replacer", "5"+tag)),
+			r("q", 0, d("named", "6"+tag)),
+		}
+	})
+}
+
+// TestRatelimitStopIncrementWhenOver: with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true both services count a
+// call's hits only on the descriptors it would take over their limits,
+// and answer alike (remaining included).
+func TestRatelimitStopIncrementWhenOver(t *testing.T) {
+	d, r := envoytest.Descriptor, envoytest.Request
+	replayBoth(t, envoytest.January, map[string]string{
+		"s.yaml": `domain: s
+descriptors:
+  - key: small
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: big
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: zero
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+`}, map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, "stop", func(tag string) []*rlsv3.RateLimitRequest {
+		return []*rlsv3.RateLimitRequest{
+			r("s", 0, d("small", "1"+tag), d("big", "1"+tag)),
+			r("s", 0, d("big", "1"+tag)),
+			r("s", 3, d("big", "2"+tag), d("small", "2"+tag), d("free", "2")),
+			r("s", 0, d("zero", "3"+tag), d("big", "3"+tag)),
+			r("s", 0, envoytest.WithLimit(d("o", "4"+tag), 1, "HOUR"), d("big", "4"+tag)),
+			r("s", 0, d("big", "5"+tag), d("nolimit", "5")),
+		}
+	})
+}
+
+// TestRatelimitHealthyWithConfig: with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true, `sluice ratelimit` on an
+// empty configuration directory fails its health ("ratelimit" on gRPC,
+// /healthcheck) until a descriptor file is loaded, as upstream does (its
+// harness waits for health, so this is not a differential test).
+func TestRatelimitHealthyWithConfig(t *testing.T) {
+	redis := redistest.Start(t)
+	root := t.TempDir()
+	conf := filepath.Join(root, "rl", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startRatelimit(t, []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr(), "LOG_LEVEL=info", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"})
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := func() string {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		return fmt.Sprintf("%v %v /healthcheck %s", resp.GetStatus(), err, statusOrError("http://"+s.http+"/healthcheck"))
+	}
+	if got, want := health(), "NOT_SERVING <nil> /healthcheck 500"; got != want {
+		t.Errorf("no file loaded: health %s; want %s", got, want)
+	}
+	writeTestFile(t, filepath.Join(conf, "edge.yaml"), dropInEdge)
+	deadline := time.Now().Add(30 * time.Second)
+	for want := "SERVING <nil> /healthcheck 200"; ; {
+		got := health()
+		if got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a file loaded: health %s; want %s\nlog:\n%s", got, want, s.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// thrice is calls, each sent three times over, in order.
+func thrice(calls func(tag string) []*rlsv3.RateLimitRequest) func(tag string) []*rlsv3.RateLimitRequest {
+	return func(tag string) []*rlsv3.RateLimitRequest {
+		one := calls(tag)
+		return slices.Concat(one, one, one)
+	}
+}
+
+// replayBoth starts envoyproxy/ratelimit of release r and `sluice
+// ratelimit` with the files and the variables of env (startBothEnv) and
+// replays calls, three times over, to both (replayCalls).
+func replayBoth(t *testing.T, r envoytest.Release, files, env map[string]string, round string, calls func(tag string) []*rlsv3.RateLimitRequest) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	b := startBothEnv(t, r, files, env)
+	replayCalls(t, r, b.services, round, thrice(calls))
 }

@@ -15,11 +15,13 @@ import (
 
 // envoyproxyHeaders are the response headers envoyproxy/ratelimit adds
 // with LIMIT_RESPONSE_HEADERS_ENABLED: of the descriptor that refused (the
-// last one, when several did) or else of the one with the least remaining,
+// last one, when several did; a limit in quota mode, or every limit under
+// QUOTA_MODE, does not count as refusing) or else of the one with the
+// least remaining,
 // among those with a current limit, its requests_per_unit, its
 // limit_remaining and the whole seconds until its unit's window ends,
 // under the names configured.
-func (s *service) envoyproxyHeaders(rls *config.EnvoyRLS, ds []decision, sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func (s *service) envoyproxyHeaders(rls *config.EnvoyRLS, ds []decision, sts []*rlsv3.RateLimitResponse_DescriptorStatus, quotaMode bool) []*corev3.HeaderValue {
 	var best *rlsv3.RateLimitResponse_DescriptorStatus
 	bestUnit := int64(0)
 	least := uint32(math.MaxUint32)
@@ -31,7 +33,7 @@ func (s *service) envoyproxyHeaders(rls *config.EnvoyRLS, ds []decision, sts []*
 		if st.GetLimitRemaining() < least {
 			best, bestUnit, least = st, l.UnitSeconds, st.GetLimitRemaining()
 		}
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !l.Quota {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !l.Quota && !quotaMode {
 			best, bestUnit, least = st, l.UnitSeconds, 0
 		}
 	}

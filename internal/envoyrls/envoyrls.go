@@ -117,15 +117,26 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a
 	// limit outside quota mode is, or when every limit in quota mode is
 	// (its January 2026 commit never refused for a quota limit).
+	// QUOTA_MODE (`sluice ratelimit`) puts every descriptor in quota
+	// mode, one without a limit too (it passes), as there.
+	global := rls.Upstream != nil && rls.Upstream.QuotaMode
+	for i := range ds {
+		if l := ds[i].limit; l != nil && !l.Unlimited && l.Name != "" && replaced[l.Name] {
+			ds[i].limit = nil
+		}
+	}
+	if rls.Upstream != nil && rls.Upstream.StopIncrementWhenOver && len(ds) > 1 {
+		s.spareWhenOver(ctx, lim.Core(), ds)
+	}
 	var quotas, quotasOver int
 	for i := range ds {
 		d := &ds[i]
-		if d.limit != nil && !d.limit.Unlimited && d.limit.Name != "" && replaced[d.limit.Name] {
-			d.limit = nil
-		}
 		switch {
 		case d.limit == nil:
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			if global {
+				quotas++
+			}
 			continue
 		case d.limit.Unlimited:
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
@@ -137,11 +148,12 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		st := s.status(d)
 		resp.Statuses[i] = st
-		if d.limit.Quota {
+		quota := d.limit.Quota || global
+		if quota {
 			quotas++
 		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			if d.limit.Quota {
+			if quota {
 				quotasOver++
 			} else {
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -154,7 +166,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
 	switch rls.ResponseHeaders {
 	case "envoyproxy":
-		resp.ResponseHeadersToAdd = s.envoyproxyHeaders(rls, ds, resp.Statuses)
+		resp.ResponseHeadersToAdd = s.envoyproxyHeaders(rls, ds, resp.Statuses, global)
 	case "none":
 	default:
 		resp.ResponseHeadersToAdd = s.headers(lim, ds, over, time.Since(start))
@@ -164,6 +176,43 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	asUpstream(rls.Upstream, resp)
 	return resp, nil
+}
+
+// spareWhenOver is STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT as
+// envoyproxy/ratelimit's Redis cache does it: it first reads the count of
+// every descriptor's fixed window (a check of cost 0), and when one of
+// them, this call's hits added, would be over its limit, only those are
+// counted: the others are decided at cost 0, so the call takes nothing of
+// the limits it passed (their remaining says so). A limit of sluice's
+// other algorithms, which count no refused hit, takes no part. A read
+// that fails counts as not over.
+func (s *service) spareWhenOver(ctx context.Context, core *decide.Core, ds []decision) {
+	near := make([]bool, len(ds))
+	anyNear := false
+	for i := range ds {
+		d := &ds[i]
+		if d.limit == nil || d.limit.Unlimited || !d.limit.Counted {
+			continue
+		}
+		if d.limit.Policy == "" { // requests_per_unit: 0
+			near[i] = d.cost > 0
+		} else {
+			peek := *d
+			peek.cost = 0
+			s.decide(ctx, core, &peek)
+			count := max(0, peek.res.Limit-peek.res.Remaining)
+			near[i] = !peek.failed && count+d.cost > int64(d.limit.RequestsPerUnit)
+		}
+		anyNear = anyNear || near[i]
+	}
+	if !anyNear {
+		return
+	}
+	for i := range ds {
+		if l := ds[i].limit; l != nil && !l.Unlimited && l.Counted && !near[i] {
+			ds[i].cost = 0
+		}
+	}
 }
 
 // overrideOutcome decides d, a descriptor of a request's own limit, from

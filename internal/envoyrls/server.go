@@ -193,6 +193,18 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.grpc.Serve(&boundedListener{Listener: ln, slots: make(chan struct{}, s.opts.MaxConnections), rejected: s.opts.Rejected})
 }
 
+// SetUpstreamServing reports the health of UpstreamServiceName,
+// envoyproxy/ratelimit's name: SERVING, or NOT_SERVING (`sluice
+// ratelimit` with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED and no domain
+// loaded, as there). After Drain or Stop it changes nothing.
+func (s *Server) SetUpstreamServing(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(UpstreamServiceName, st)
+}
+
 // Drain reports NOT_SERVING to health checks and goes on serving calls,
 // so that Envoy moves to another instance before Stop.
 func (s *Server) Drain() { s.health.Shutdown() }

@@ -43,6 +43,25 @@ func (g *Gateway) setRLS(s *envoyrls.Server) {
 	if g.draining.Load() {
 		s.Drain()
 	}
+	s.SetUpstreamServing(g.configHealthy())
+}
+
+// configHealthy is false for `sluice ratelimit` with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED while no domain is loaded:
+// its health ("ratelimit" on gRPC, /healthcheck) then fails, as there.
+func (g *Gateway) configHealthy() bool {
+	cfg := g.Config()
+	up := cfg.EnvoyRLS.Upstream
+	return up == nil || !up.HealthyWithConfig || len(cfg.EnvoyRLS.Domains()) > 0
+}
+
+// syncConfigHealth tells the gRPC listener configHealthy, after a reload.
+func (g *Gateway) syncConfigHealth() {
+	g.drainMu.Lock()
+	defer g.drainMu.Unlock()
+	if g.rls != nil {
+		g.rls.SetUpstreamServing(g.configHealthy())
+	}
 }
 
 // serveDraining answers /readyz while the gateway drains.

@@ -91,10 +91,13 @@ type Gateway struct {
 	untrusted *forwardedWarner // forwarding headers while trusted_proxies is empty (untrusted.go)
 
 	// Runtime overrides and the admin API (admin.go, admin_store.go).
-	redisClient   redis.UniversalClient // nil with the memory store
-	overrides     *httplimit.Overrides
-	overrideStore *overrideSync
-	adminMetrics  *adminMetrics
+	redisClient redis.UniversalClient // nil with the memory store
+	// perSecondClient is the per-second Redis of `sluice ratelimit`'s
+	// REDIS_PERSECOND; nil without one.
+	perSecondClient redis.UniversalClient
+	overrides       *httplimit.Overrides
+	overrideStore   *overrideSync
+	adminMetrics    *adminMetrics
 }
 
 // state is what a configuration compiles to.
@@ -191,6 +194,18 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		_ = client.Close()
 		return err
 	}
+	var store sluice.Store = all
+	closePerSecond := func() {}
+	if up := cfg.EnvoyRLS.Upstream; up != nil && up.PerSecond != nil {
+		ps, closePS, err := g.openPerSecond(*up.PerSecond)
+		if err != nil {
+			_ = all.Close()
+			_ = raw.Close()
+			_ = client.Close()
+			return fmt.Errorf("%s: the per-second Redis (REDIS_PERSECOND_URL): %w", cfg.File, err)
+		}
+		store, closePerSecond = perSecondStore(all, ps), closePS
+	}
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
 	// that keeps failing, and its denial cache keeps a flood off Redis.
@@ -212,13 +227,14 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		opts.Scope = clusterScope(cc, raw)
 	}
-	rs := resilient.New(all, opts)
+	rs := resilient.New(store, opts)
 	g.redisClient = client
 	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
 	g.closeStore = func() error {
 		_ = rs.Close()
 		_ = all.Close()
 		_ = leased.Close() // gives back what the leases hold
+		closePerSecond()
 		_ = raw.Close()
 		return client.Close()
 	}
@@ -269,6 +285,14 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	// The resilient store decides Redis's failures by each policy's
 	// on_error; the other stores ignore it.
 	opts.StoreOnError = true
+	if g.perSecondClient != nil {
+		// The one store choice still in the context: which Redis
+		// (REDIS_PERSECOND), read by perSecondStore.
+		rls := &cfg.EnvoyRLS
+		opts.StoreContext = func(ctx context.Context, p *httplimit.Policy) context.Context {
+			return withPerSecond(ctx, rls, p)
+		}
+	}
 	lim, err := httplimit.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.File, err)
@@ -454,6 +478,7 @@ func (g *Gateway) reloadLocked(by string) error {
 				g.log.Warn("sluice: the new configuration has no policies (policies: []); nothing is limited but what envoy_rls and the allowlist say", "file", g.path, "running_policies", len(old.Policies))
 			}
 			g.state.Store(st)
+			g.syncConfigHealth()
 			g.reloads.WithLabelValues("ok").Inc()
 			g.log.Info("sluice: configuration reloaded", "file", g.path, "by", by, "policies", len(cfg.Policies))
 			return nil

@@ -27,9 +27,10 @@ func (g *Gateway) trafficHandler(cfg *config.Config) http.Handler {
 	}
 	mux := http.NewServeMux()
 	// /healthcheck: OK until shutdown starts (SIGTERM), then 500, as
-	// envoyproxy/ratelimit answers it.
+	// envoyproxy/ratelimit answers it; 500 too while no domain is loaded
+	// under HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
-		if g.draining.Load() {
+		if g.draining.Load() || !g.configHealthy() {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}

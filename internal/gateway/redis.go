@@ -39,18 +39,20 @@ func redisMaxWait(r config.Redis) time.Duration { return 20 * r.Timeout }
 // that timed out may yet have happened, and must not happen twice.
 func redisClientOptions(r config.Redis, timeout time.Duration, pool int) redisstore.ClientOptions {
 	return redisstore.ClientOptions{
-		URL:            r.URL,
-		Username:       r.Username,
-		Password:       r.Password.Reveal(),
-		ClusterAddrs:   r.ClusterAddrs,
-		SentinelMaster: r.Sentinel.Master,
-		SentinelAddrs:  r.Sentinel.Addrs,
-		CACertFile:     r.TLS.CAFile,
-		CertFile:       r.TLS.CertFile,
-		KeyFile:        r.TLS.KeyFile,
-		Timeout:        timeout,
-		PoolSize:       pool,
-		FailFast:       true,
+		URL:              r.URL,
+		Username:         r.Username,
+		Password:         r.Password.Reveal(),
+		ClusterAddrs:     r.ClusterAddrs,
+		SentinelMaster:   r.Sentinel.Master,
+		SentinelAddrs:    r.Sentinel.Addrs,
+		SentinelUsername: r.Sentinel.Username,
+		SentinelPassword: r.Sentinel.Password.Reveal(),
+		CACertFile:       r.TLS.CAFile,
+		CertFile:         r.TLS.CertFile,
+		KeyFile:          r.TLS.KeyFile,
+		Timeout:          timeout,
+		PoolSize:         pool,
+		FailFast:         true,
 	}
 }
 

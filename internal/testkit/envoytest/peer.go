@@ -92,7 +92,17 @@ func StartRelease(t testing.TB, r Release, redis *redistest.Server, files map[st
 // harness's. It waits until the peer is SERVING, as Start does.
 func StartEnv(t testing.TB, env map[string]string) *Peer {
 	t.Helper()
-	bin, err := Binary()
+	return StartEnvRelease(t, January, env)
+}
+
+// StartEnvRelease is StartEnv for the release r; one that is unavailable
+// (ErrUnavailable) skips the test, saying why, as StartRelease does.
+func StartEnvRelease(t testing.TB, r Release, env map[string]string) *Peer {
+	t.Helper()
+	bin, err := r.Binary()
+	if errors.Is(err, ErrUnavailable) && r.SourceEnv != "" {
+		t.Skipf("envoyproxy/ratelimit %s: %v", r.Name, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// perSecondStore sends the checks of the limits whose unit is SECOND to
+// perSecond, the per-second Redis's store, and every other check to main,
+// as envoyproxy/ratelimit does with REDIS_PERSECOND (`sluice ratelimit`;
+// config.Upstream.PerSecond). Which is which rides in the context
+// (withPerSecond): the one store choice not in sluice.Request, as it is
+// `sluice ratelimit`'s alone. One store under the one resilient layer, so
+// on_error decides for both alike.
+func perSecondStore(main, perSecond sluice.Store) routeStore {
+	return func(ctx context.Context) sluice.Store {
+		if ctx.Value(perSecondKey{}) != nil {
+			return perSecond
+		}
+		return main
+	}
+}
+
+type perSecondKey struct{}
+
+// withPerSecond marks the store calls of p, a policy of a limit whose unit
+// is SECOND when rls says so, for the per-second Redis.
+func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Policy) context.Context {
+	if rls.PerSecond(p.Name) {
+		return context.WithValue(ctx, perSecondKey{}, true)
+	}
+	return ctx
+}
+
+// openPerSecond connects the per-second Redis of r and builds its store of
+// every algorithm, as openStore does the main one's; close closes both.
+func (g *Gateway) openPerSecond(r config.Redis) (sluice.Store, func(), error) {
+	client, raw, _, err := newRedisStore(r, g.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	all, err := newRouter(raw, func(name string) (algo.Store, error) {
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn()})
+	})
+	if err != nil {
+		_ = raw.Close()
+		_ = client.Close()
+		return nil, nil, err
+	}
+	g.perSecondClient = client
+	return all, func() {
+		_ = all.Close()
+		_ = raw.Close()
+		_ = client.Close()
+	}, nil
+}
+
+// routeStore is a store that sends each call to the store the call's
+// context picks (perSecondStore).
+type routeStore func(ctx context.Context) sluice.Store
+
+func (pick routeStore) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	return pick(ctx).Check(ctx, req)
+}
+
+func (pick routeStore) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
+	return pick(ctx).Adjust(ctx, req, delta)
+}
+
+// Inspect asks the store picked, when it can inspect.
+func (pick routeStore) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if ins, ok := pick(ctx).(sluice.Inspector); ok {
+		return ins.Inspect(ctx, req)
+	}
+	return nil, sluice.ErrNotInspectable
+}
