@@ -36,13 +36,11 @@ type Config struct {
 	StoreOnError bool
 
 	// StoreContext, when set, derives the context of every store call of a
-	// decision under policy.
-	//
-	// Deprecated: a policy's choices for its store travel in its
-	// sluice.Requests (Algorithm and CountDenied always, OnError with
-	// StoreOnError), and no store of this module reads a context value.
-	// StoreContext still derives the contexts, for a store of one's own
-	// that reads them.
+	// decision under policy, for a store that reads per-policy settings from
+	// the context. The choices of this module's stores travel in the
+	// sluice.Request instead (Algorithm, CountDenied and Lease always,
+	// OnError with StoreOnError); the gateway uses it only to pick the
+	// per-second Redis of `sluice ratelimit` (REDIS_PERSECOND).
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
 	// StoreTimeout, when positive, is the deadline of every store call.
