@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // EnvoyRLS serves Envoy's global rate limit service (gRPC,
@@ -78,7 +78,7 @@ type EnvoyRLS struct {
 
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor
-	policies []httplimit.Policy
+	policies []decide.Policy
 }
 
 // Dir returns the directory of the descriptor files as read: ConfigDir,
@@ -94,7 +94,7 @@ func (e *EnvoyRLS) Domains() map[string]*RLSDescriptor { return e.domains }
 // Policies returns the policies the descriptors compile to, one per
 // rate_limit that the store decides: they have no pattern and are reached
 // only by name (RLSLimit.Policy).
-func (e *EnvoyRLS) Policies() []httplimit.Policy { return e.policies }
+func (e *EnvoyRLS) Policies() []decide.Policy { return e.policies }
 
 // RLSDescriptor is one level of a descriptor tree: the domain, or one
 // descriptor of a file.
@@ -381,7 +381,7 @@ func (l *rlsLoader) overrides() {
 	for _, unit := range []string{"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR"} {
 		secs := rlsUnits[unit]
 		n := RLSOverrideCapacity(secs)
-		p := httplimit.Policy{
+		p := decide.Policy{
 			Name:          RLSOverridePolicy(unit),
 			Cost:          1,
 			Authenticated: []sluice.Rule{{Rate: float64(n) / float64(secs), Burst: n}},
@@ -400,7 +400,7 @@ type rlsLoader struct {
 	domains  map[string]*RLSDescriptor
 	where    map[string]string // domain -> file:line that defines it
 	names    map[string]string // policy name -> file:line, for collisions
-	policies []httplimit.Policy
+	policies []decide.Policy
 
 	cur   string // the file being read
 	lines map[string]int
@@ -595,7 +595,7 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	// same store call that refuses it (CountDenied), not by a second one:
 	// a request field, not an algorithm of its own, so the fixed window's
 	// math, store and keys stay one.
-	p := httplimit.Policy{
+	p := decide.Policy{
 		Name:          name,
 		Cost:          1,
 		Authenticated: []sluice.Rule{rule},
