@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Allowlist names callers that no policy limits, such as health checkers:
@@ -35,6 +35,6 @@ func (v *validator) allowlist() {
 	}
 }
 
-func (a Allowlist) options() httplimit.Allowlist {
-	return httplimit.Allowlist{CIDRs: a.prefixes, Identities: a.Identities}
+func (a Allowlist) options() decide.Allowlist {
+	return decide.Allowlist{CIDRs: a.prefixes, Identities: a.Identities}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // EnvoyRLS serves Envoy's global rate limit service (gRPC,
@@ -78,7 +78,7 @@ type EnvoyRLS struct {
 
 	dir      string // ConfigDir resolved against the configuration file's directory
 	domains  map[string]*RLSDescriptor
-	policies []httplimit.Policy
+	policies []decide.Policy
 	// perSecond names the policies of limits whose unit is SECOND.
 	perSecond map[string]bool
 }
@@ -96,7 +96,7 @@ func (e *EnvoyRLS) Domains() map[string]*RLSDescriptor { return e.domains }
 // Policies returns the policies the descriptors compile to, one per
 // rate_limit that the store decides: they have no pattern and are reached
 // only by name (RLSLimit.Policy).
-func (e *EnvoyRLS) Policies() []httplimit.Policy { return e.policies }
+func (e *EnvoyRLS) Policies() []decide.Policy { return e.policies }
 
 // PerSecond reports whether policy, one of Policies, decides a limit whose
 // unit is SECOND: with `sluice ratelimit`'s REDIS_PERSECOND
@@ -388,7 +388,7 @@ func (l *rlsLoader) overrides() {
 	for _, unit := range []string{"SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR"} {
 		secs := rlsUnits[unit]
 		n := RLSOverrideCapacity(secs)
-		p := httplimit.Policy{
+		p := decide.Policy{
 			Name:          RLSOverridePolicy(unit),
 			Cost:          1,
 			Authenticated: []sluice.Rule{{Rate: float64(n) / float64(secs), Burst: n}},
@@ -408,7 +408,7 @@ type rlsLoader struct {
 	domains   map[string]*RLSDescriptor
 	where     map[string]string // domain -> file:line that defines it
 	names     map[string]string // policy name -> file:line, for collisions
-	policies  []httplimit.Policy
+	policies  []decide.Policy
 	perSecond map[string]bool // the policies of unit SECOND
 
 	cur   string // the file being read
@@ -610,7 +610,7 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 	// same store call that refuses it (CountDenied), not by a second one:
 	// a request field, not an algorithm of its own, so the fixed window's
 	// math, store and keys stay one.
-	p := httplimit.Policy{
+	p := decide.Policy{
 		Name:          name,
 		Cost:          1,
 		Authenticated: []sluice.Rule{rule},

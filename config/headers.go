@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/sluicehq/sluice/httplimit"
 )
 
 // What a 429 and the rate limit headers look like, beside `headers:`:
@@ -92,13 +90,4 @@ func readSmall(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes; want a smaller file", path, limit)
 	}
 	return data, nil
-}
-
-// responseOptions sets the options of this file on opts.
-func (c *Config) responseOptions(opts *httplimit.Options) {
-	opts.XRateLimit = c.XRateLimitHeaders
-	opts.RetryAfterJitter = c.RetryAfterJitter
-	if c.DenyBody.body != nil {
-		opts.DenyBody = &httplimit.DenyBody{ContentType: c.DenyBody.ContentType, Body: c.DenyBody.body}
-	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Key is a policy's key: what its buckets are keyed by, in place of the
@@ -90,7 +90,7 @@ func (v *validator) key(at string, p *Policy) {
 			v.fail(field, "want exactly one of header, path, claim and client_ip: true in each item, such as {header: X-Tenant}; this one sets %d", len(set))
 			continue
 		}
-		name := httplimit.KeyPart{Header: kp.Header, Path: kp.Path, Claim: kp.Claim, ClientIP: kp.ClientIP}.Name()
+		name := decide.KeyPart{Header: kp.Header, Path: kp.Path, Claim: kp.Claim, ClientIP: kp.ClientIP}.Name()
 		if j, dup := seen[name]; dup {
 			v.fail(field, "%s is also key[%d]; keep one", name, j)
 		}
@@ -99,7 +99,7 @@ func (v *validator) key(at string, p *Policy) {
 		case kp.Header != "" && !validHeaderName(kp.Header):
 			v.fail(field+".header", "%q: want a header name such as X-Tenant", kp.Header)
 		case kp.Path != "":
-			if _, _, err := httplimit.PatternWildcard(p.Match, kp.Path); err != nil {
+			if _, _, err := decide.PatternWildcard(p.Match, kp.Path); err != nil {
 				v.fail(field+".path", "%v (the name in braces, without them)", err)
 			}
 		case kp.Claim != "" && v.c.Identity.JWT.HS256SecretFile == "" && v.c.Identity.JWT.PublicKeyFile == "":
@@ -108,11 +108,11 @@ func (v *validator) key(at string, p *Policy) {
 	}
 }
 
-// options is the key as httplimit takes it.
-func (k Key) options() httplimit.Key {
-	out := httplimit.Key{Global: k.Global}
+// options is the key as package decide takes it.
+func (k Key) options() decide.Key {
+	out := decide.Key{Global: k.Global}
 	for _, kp := range k.Parts {
-		out.Parts = append(out.Parts, httplimit.KeyPart{Header: kp.Header, Path: kp.Path, Claim: kp.Claim, ClientIP: kp.ClientIP})
+		out.Parts = append(out.Parts, decide.KeyPart{Header: kp.Header, Path: kp.Path, Claim: kp.Claim, ClientIP: kp.ClientIP})
 	}
 	return out
 }

@@ -1,61 +1,49 @@
 package config
 
 import (
-	"fmt"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
-
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/httpspec"
 )
 
-// LimiterOptions translates c into the options of an httplimit.Limiter:
-// everything but the Store, Metrics, Logger and Fallback, which the caller
-// supplies. c must come from Load or Parse.
-func (c *Config) LimiterOptions() (httplimit.Options, error) {
-	opts := httplimit.Options{
-		TrustedProxies: c.keys.proxies,
-		IPv6Prefix:     c.IPv6Prefix,
-		Allowlist:      c.Allowlist.options(),
-		Paths:          c.Paths.options(),
+// HTTPSpec is what c says about the HTTP front door, as plain data that
+// package httpopts (or config/httpconfig) turns into the options of an
+// httplimit.Limiter; package config itself links neither the middleware
+// nor a JWT library. c must come from Load or Parse.
+func (c *Config) HTTPSpec() httpspec.Spec {
+	s := httpspec.Spec{
+		File:             c.File,
+		TrustedProxies:   c.keys.proxies,
+		ForwardedHeader:  c.ForwardedHeader,
+		IPv6Prefix:       c.IPv6Prefix,
+		CaseInsensitive:  c.Paths.Case == "insensitive",
+		EscapedSlashes:   c.Paths.EscapedSlashes,
+		Headers:          c.Headers,
+		XRateLimit:       c.XRateLimitHeaders,
+		RetryAfterJitter: c.RetryAfterJitter,
+		APIKeyHeader:     c.Identity.APIKeyHeader,
+		APIKeys:          c.keys.apiKeys,
+		Allowlist:        c.Allowlist.options(),
 	}
-	switch c.ForwardedHeader {
-	case "x-forwarded-for":
-		opts.ForwardedFrom = httplimit.FromXForwardedFor
-	case "forwarded":
-		opts.ForwardedFrom = httplimit.FromForwarded
-	}
-	switch c.Headers {
-	case "legacy":
-		opts.Headers = httplimit.HeadersLegacy
-	case "draft":
-		opts.Headers = httplimit.HeadersDraft
-	case "none":
-		opts.Headers = httplimit.HeadersNone
-	}
-	c.responseOptions(&opts)
-	if c.keys.apiKeys != nil {
-		opts.Authenticators = append(opts.Authenticators, httplimit.APIKeys(c.Identity.APIKeyHeader, c.keys.apiKeys))
+	if c.DenyBody.body != nil {
+		s.DenyBody = &httpspec.DenyBody{ContentType: c.DenyBody.ContentType, Body: c.DenyBody.body}
 	}
 	if c.keys.jwtSecret != nil || c.keys.jwtPublic != nil {
-		a, err := httplimit.JWT(httplimit.JWTOptions{
-			Header:    c.Identity.JWT.Header,
-			Secret:    c.keys.jwtSecret,
-			PublicKey: c.keys.jwtPublic,
-			Issuer:    c.Identity.JWT.Issuer,
-			Audience:  c.Identity.JWT.Audience,
-
-			RequireExp: c.Identity.JWT.RequireExp,
-			MaxAge:     c.Identity.JWT.MaxAge,
-			PlanClaim:  c.Identity.JWT.PlanClaim,
-		})
-		if err != nil {
-			return opts, fmt.Errorf("%s: identity.jwt: %w", c.File, err)
+		j := c.Identity.JWT
+		s.JWT = &httpspec.JWT{
+			Header:     j.Header,
+			Secret:     c.keys.jwtSecret,
+			PublicKey:  c.keys.jwtPublic,
+			Issuer:     j.Issuer,
+			Audience:   j.Audience,
+			RequireExp: j.RequireExp,
+			MaxAge:     j.MaxAge,
+			PlanClaim:  j.PlanClaim,
 		}
-		opts.Authenticators = append(opts.Authenticators, a)
 	}
 	for _, p := range c.Policies {
-		hp := httplimit.Policy{
+		hp := decide.Policy{
 			Name:          p.Name,
 			Pattern:       p.Match,
 			Cost:          *p.Cost,
@@ -76,12 +64,12 @@ func (c *Config) LimiterOptions() (httplimit.Options, error) {
 			hp.Lease = &sluice.Lease{Tokens: p.Lease.Tokens, TTL: p.Lease.TTL}
 		}
 		for _, o := range p.Overrides {
-			hp.Overrides = append(hp.Overrides, httplimit.Override{
+			hp.Overrides = append(hp.Overrides, decide.IdentityRules{
 				Identity: o.Identity,
 				Rules:    o.parsed,
 			})
 		}
-		opts.Policies = append(opts.Policies, hp)
+		s.Policies = append(s.Policies, hp)
 	}
-	return opts, nil
+	return s
 }

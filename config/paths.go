@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-
-	"github.com/sluicehq/sluice/httplimit"
 )
 
 // Paths says how request paths are normalised before they are matched and
-// forwarded (see httplimit.Paths).
+// forwarded (see httplimit.Paths, which package httpopts builds from it).
 type Paths struct {
 	// Case is sensitive (the default) or insensitive, for upstreams that
 	// route without case, such as Express and ASP.NET.
@@ -27,18 +25,6 @@ func (p *Paths) defaults() {
 	if p.EscapedSlashes == "" {
 		p.EscapedSlashes = "reject"
 	}
-}
-
-// options is p as the limiter takes it; p has been validated.
-func (p Paths) options() httplimit.Paths {
-	out := httplimit.Paths{CaseInsensitive: p.Case == "insensitive"}
-	switch p.EscapedSlashes {
-	case "keep":
-		out.EscapedSlashes = httplimit.EscapedSlashesKeep
-	case "decode":
-		out.EscapedSlashes = httplimit.EscapedSlashesDecode
-	}
-	return out
 }
 
 // paths validates the paths section and forwarded_header, and, when

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"github.com/sluicehq/sluice/httplimit"
-
 	"bufio"
 	"bytes"
 	"crypto"
@@ -27,13 +25,14 @@ import (
 	"github.com/sluicehq/sluice/algo"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
 // keyMaterial is what Load read from the key files and parsed.
 type keyMaterial struct {
 	proxies   []netip.Prefix
-	apiKeys   map[[32]byte]httplimit.Caller // SHA-256 of a key -> the caller it stands for
+	apiKeys   map[[32]byte]decide.Caller // SHA-256 of a key -> the caller it stands for
 	jwtSecret []byte
 	jwtPublic crypto.PublicKey
 	quotaZone *time.Location // quota_time_zone, loaded
@@ -319,7 +318,7 @@ func (v *validator) apiKeys(field, path string) {
 		v.fail(field, "cannot read the API key list: %v", err)
 		return
 	}
-	keys := make(map[[32]byte]httplimit.Caller)
+	keys := make(map[[32]byte]decide.Caller)
 	lines := make(map[[32]byte]int) // the line of each digest, to name both of a duplicate
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -333,7 +332,7 @@ func (v *validator) apiKeys(field, path string) {
 			v.fail(field, "%s:%d: want a SHA-256 hex digest (64 hex digits), optionally followed by the identity it stands for and its plan; make one with: printf %%s KEY | sha256sum", path, n)
 			continue
 		}
-		caller := httplimit.Caller{ID: "key:" + strings.ToLower(words[0][:16])}
+		caller := decide.Caller{ID: "key:" + strings.ToLower(words[0][:16])}
 		if len(words) >= 2 {
 			caller.ID = words[1]
 		}

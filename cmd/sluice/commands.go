@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/advise"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/config/httpconfig"
 	"github.com/sluicehq/sluice/internal/demo"
 	"github.com/sluicehq/sluice/internal/gateway"
 	"github.com/sluicehq/sluice/simulate"
@@ -309,7 +310,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if _, err := cfg.LimiterOptions(); err != nil {
+	if _, err := httpconfig.LimiterOptions(cfg); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}

@@ -44,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/config/httpconfig"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
@@ -272,7 +273,7 @@ func newRouter(tokenBucket sluice.Store, build func(name string) (algo.Store, er
 }
 
 func (g *Gateway) compile(cfg *config.Config) (*state, error) {
-	opts, err := cfg.LimiterOptions()
+	opts, err := httpconfig.LimiterOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
