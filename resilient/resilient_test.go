@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -60,6 +61,41 @@ func newMemstore(t *testing.T) *counting {
 func deadRedis(t *testing.T) *counting {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
+	return &counting{Store: redisstore.New(c, redisstore.Options{})}
+}
+
+// silentRedis is a Redis store whose server accepts connections and never
+// answers: every call fails by its deadline, ReasonTimeout, whatever the
+// machine's load (a dead port fails as refused or as a timeout depending
+// on how go-redis's dial retries meet the deadline).
+func silentRedis(t *testing.T) *counting {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn) // held open, never read or answered
+			mu.Unlock()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	t.Cleanup(func() {
+		c.Close()
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+	})
 	return &counting{Store: redisstore.New(c, redisstore.Options{})}
 }
 
@@ -345,7 +381,7 @@ func TestMetrics(t *testing.T) {
 		FailureThreshold: 2,
 		OnDecision:       func(d resilient.Report) { decisions[d.Source].Add(1) },
 	}
-	s := newStore(t, deadRedis(t), opts)
+	s := newStore(t, silentRedis(t), opts)
 	req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 1}}}
 	for range 5 {
 		s.Check(ctx, req)
@@ -366,7 +402,8 @@ func TestMetrics(t *testing.T) {
 		`sluice_store_failure_decisions_total{on_error="open"}`:  5,
 		`sluice_store_failure_decisions_total{on_error="local"}`: 1,
 		`sluice_store_denial_cache_hits_total`:                   2,
-		`sluice_store_errors_total{reason="timeout"}`:            2, // dialing a dead port until the deadline
+		`sluice_store_errors_total{reason="timeout"}`:            2, // a server that never answers
+		`sluice_store_errors_total{reason="connection"}`:         0,
 		`sluice_store_call_duration_seconds_count`:               4,
 	}
 	for name, v := range want {

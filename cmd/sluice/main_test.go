@@ -180,6 +180,14 @@ func startServe(t *testing.T, configPath string) *server {
 	})
 	select {
 	case a := <-addrs:
+		// A listener on a default port (127.0.0.1:8080, :8070, :9090) is
+		// a test that fails whenever another process holds that port:
+		// every listener a test starts is on port 0.
+		for _, addr := range a {
+			if strings.HasSuffix(addr, ":8080") || strings.HasSuffix(addr, ":8070") || strings.HasSuffix(addr, ":9090") {
+				t.Fatalf("sluice serve listens on the default port %s: give the test's config every listener as 127.0.0.1:0", addr)
+			}
+		}
 		s.traffic, s.admin, s.decision = "http://"+a[0], "http://"+a[1], "http://"+a[2]
 	case <-s.exited:
 		t.Fatalf("sluice serve exited %d:\n%s", s.exitCode, s.logs())

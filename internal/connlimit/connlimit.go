@@ -191,8 +191,10 @@ type conn struct {
 	once sync.Once
 }
 
+// Close releases the connection's count before it closes the socket: a
+// client that sees its connection closed and dials again at once is not
+// refused for the connection it no longer has.
 func (c *conn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(func() { c.l.Release(c.addr) })
-	return err
+	return c.Conn.Close()
 }

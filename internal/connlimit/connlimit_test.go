@@ -210,3 +210,66 @@ func TestCounterConcurrent(t *testing.T) {
 		t.Errorf("Open = %d; want %d", got, bound)
 	}
 }
+
+// closeSeer is a connection that notes, when it is closed, how many
+// connections its listener still counts for its address.
+type closeSeer struct {
+	net.Conn
+	l    *Listener
+	open int
+}
+
+func (c *closeSeer) Close() error {
+	c.open = c.l.Open(netip.MustParseAddr("127.0.0.1"))
+	return c.Conn.Close()
+}
+
+// oneConn is a listener that hands out one connection, then blocks.
+type oneConn struct {
+	net.Listener
+	c net.Conn
+}
+
+func (o *oneConn) Accept() (net.Conn, error) {
+	if c := o.c; c != nil {
+		o.c = nil
+		return c, nil
+	}
+	return o.Listener.Accept()
+}
+
+// A connection's count is released before its socket closes: a client
+// that sees the close and dials again at once finds its slot free (the
+// other order refused it when the closer was descheduled in between).
+func TestReleasedBeforeClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seer := &closeSeer{Conn: server}
+	l := New(&oneConn{Listener: ln, c: seer}, 1, 64, nil)
+	seer.l = l
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Open(netip.MustParseAddr("127.0.0.1")); n != 1 {
+		t.Fatalf("%d open after Accept, want 1", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if seer.open != 0 {
+		t.Fatalf("the socket closed while its address still counted %d connection(s); want 0: release first", seer.open)
+	}
+}

@@ -345,8 +345,9 @@ type limitConn struct {
 	release func()
 }
 
+// Close releases the slot before it closes the socket (as connlimit
+// does): a client that sees the close may dial again at once.
 func (c *limitConn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(c.release)
-	return err
+	return c.Conn.Close()
 }
