@@ -15,27 +15,31 @@ import (
 // to the Redis store itself.
 type leases struct {
 	redis   *redisstore.Store
-	mu      sync.Mutex
-	bySetup map[sluice.Lease]*redisstore.Leased
+	bySetup sync.Map   // sluice.Lease → *redisstore.Leased; read without a lock on every leased check
+	mu      sync.Mutex // makes a setting's store once
+	closed  bool
 }
 
 func (l *leases) pick(req *sluice.Request) sluice.Store {
 	if req.Lease == nil {
 		return l.redis
 	}
+	if st, ok := l.bySetup.Load(*req.Lease); ok {
+		return st.(*redisstore.Leased)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if st := l.bySetup[*req.Lease]; st != nil {
-		return st
+	if st, ok := l.bySetup.Load(*req.Lease); ok {
+		return st.(*redisstore.Leased)
+	}
+	if l.closed {
+		return l.redis // shutting down: nothing more is leased
 	}
 	st, err := redisstore.NewLeased(l.redis, redisstore.Lease{Tokens: req.Lease.Tokens, TTL: req.Lease.TTL})
 	if err != nil {
 		return l.redis // not a valid lease: the configuration refuses it before
 	}
-	if l.bySetup == nil {
-		l.bySetup = map[sluice.Lease]*redisstore.Leased{}
-	}
-	l.bySetup[*req.Lease] = st
+	l.bySetup.Store(*req.Lease, st)
 	return st
 }
 
@@ -57,9 +61,11 @@ func (l *leases) Inspect(ctx context.Context, req sluice.Request) ([]sluice.Resu
 func (l *leases) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, st := range l.bySetup {
-		_ = st.Close()
-	}
-	l.bySetup = nil
+	l.closed = true
+	l.bySetup.Range(func(k, st any) bool {
+		_ = st.(*redisstore.Leased).Close()
+		l.bySetup.Delete(k)
+		return true
+	})
 	return nil
 }
