@@ -185,6 +185,24 @@ func TestSilentStreamsAreBoundedAndCut(t *testing.T) {
 	)
 	s := serve(t, "", map[string]string{"flood.yaml": floodDomain})
 	addr := s.g.RLSAddr().String()
+	// One silent stream first, alone: its headers are read at once, so
+	// its cut shows the timeout itself, which the attack's cuts, read
+	// late on a busy machine, cannot (their lower bound holds whenever the
+	// headers are read).
+	probe := dialRaw(t, addr)
+	probe.open(t, 1)
+	for wait := time.Now().Add(timeout + time.Minute); probe.ended() == 0 && time.Now().Before(wait); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	probe.mu.Lock()
+	e, ok := probe.ends[1]
+	took := e.at.Sub(probe.sent[1])
+	probe.mu.Unlock()
+	probe.conn.Close()
+	if !ok || e.grpc != "4" || !strings.Contains(e.message, "first_message_timeout") || took < timeout {
+		t.Fatalf("a silent stream alone: ended %v (rst %v, grpc-status %q %q) %v after its headers were sent; want grpc-status 4 (first_message_timeout) after %v", ok, e.rst, e.grpc, e.message, took, timeout)
+	}
+	t.Logf("a silent stream alone was cut %v after its headers were sent", took.Round(time.Millisecond))
 	clients := make([]*rawClient, conns)
 	for i := range clients {
 		clients[i] = dialRaw(t, addr)
@@ -308,8 +326,8 @@ func TestSilentStreamsAreBoundedAndCut(t *testing.T) {
 	if m := peakM.Load() - min(peakM.Load(), baseM); m > uint64(perIP)*64<<10+64<<20 {
 		t.Errorf("heap and stacks rose by %d MB under the attack; want at most %d MB", m>>20, (uint64(perIP)*64<<10+64<<20)>>20)
 	}
-	if n := s.rejections(t, "first_message_timeout"); n != held {
-		t.Errorf("rejections first_message_timeout: %d; %d streams were cut", n, held)
+	if n := s.rejections(t, "first_message_timeout"); n != held+1 {
+		t.Errorf("rejections first_message_timeout: %d; %d streams were cut, and the one alone", n, held)
 	}
 	if n := s.rejections(t, "streams_per_ip"); n != refusedIP {
 		t.Errorf("rejections streams_per_ip: %d; %d streams were refused", n, refusedIP)
