@@ -439,6 +439,7 @@ func (g *Gateway) Admin() http.Handler {
 type probe struct {
 	name, eviction string
 	store          sluice.Store
+	timeout        time.Duration // its Redis's deadline, when not store.redis's
 }
 
 // serveReady is ready when every store answers a write, or when one does
@@ -453,7 +454,11 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.state.Load()
-	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
+	timeout := st.cfg.Store.Redis.Timeout
+	for _, p := range g.probes {
+		timeout = max(timeout, p.timeout)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*timeout)
 	defer cancel()
 	errs := make([]error, len(g.probes))
 	var wg sync.WaitGroup

@@ -69,7 +69,7 @@ func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options) (sluice.
 	}
 	rs := resilient.New(all, opts)
 	g.perSecondClient = client
-	g.probes = append(g.probes, probe{name: "the per-second Redis (REDIS_PERSECOND_URL)", store: raw, eviction: eviction})
+	g.probes = append(g.probes, probe{name: "the per-second Redis (REDIS_PERSECOND_URL)", store: raw, eviction: eviction, timeout: r.Timeout})
 	return rs, func() {
 		_ = rs.Close()
 		_ = all.Close()
