@@ -44,6 +44,13 @@ type Upstream struct {
 	// HealthyWithConfig: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, health
 	// (gRPC and /healthcheck) fails while no descriptor file is loaded.
 	HealthyWithConfig bool
+	// LocalCacheBytes: LOCAL_CACHE_SIZE_IN_BYTES, what the cache of keys
+	// over their limit may hold (resilient's denial cache, bounded in
+	// bytes), at least MinLocalCacheBytes; 0: no such cache.
+	LocalCacheBytes int64
+	// GRPCUnixSocket: GRPC_UDS, the unix socket path gRPC is served on
+	// instead of EnvoyRLS.Listen; empty: TCP.
+	GRPCUnixSocket string
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -108,7 +115,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("PORT", "8080", 'i', "port of the HTTP listener"),
 	honour("DEBUG_HOST", "0.0.0.0", 's', "address of the debug listener (/rlconfig, /metrics, /healthz, /readyz)"),
 	honour("DEBUG_PORT", "6070", 'i', "port of the debug listener"),
-	refuse("GRPC_UDS", "", 's', "sluice serves gRPC on TCP only: unset it and use GRPC_HOST and GRPC_PORT"),
+	honour("GRPC_UDS", "", 's', "a unix socket path: gRPC is served there instead of GRPC_HOST:GRPC_PORT, as there (mode from the umask, as there); a stale socket file is replaced, anything else at the path is an error"),
 	honour("GRPC_HOST", "0.0.0.0", 's', "address of the gRPC listener (rate limit and health services)"),
 	honour("GRPC_PORT", "8081", 'i', "port of the gRPC listener"),
 	refuse("GRPC_MAX_CONNECTION_AGE", "24h", 'd', "sluice keeps a connection while it is used and closes it after 2m idle: unset it"),
@@ -157,7 +164,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("RUNTIME_IGNOREDOTFILES", "false", 'b', "skip files and directories whose names start with a dot"),
 	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
 	accept("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "spreads key expiry there; sluice's keys expire with their window, answers unchanged"),
-	accept("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "a cache of keys over their limit there; sluice asks Redis, whose answer is the same"),
+	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes (at least 512 KiB, as there), each key costing 200 bytes and its length"),
 	accept("NEAR_LIMIT_RATIO", "0.8", 'f', "feeds a near_limit statsd counter there; no effect on answers"),
 	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
@@ -215,6 +222,14 @@ var UpstreamVars = []UpstreamVar{
 	refuse("TRACING_EXPORTER_PROTOCOL", "http", 's', noTracing),
 	refuse("TRACING_SAMPLING_RATE", "1", 'f', noTracing),
 }
+
+// MinLocalCacheBytes is the least LOCAL_CACHE_SIZE_IN_BYTES gives, as
+// envoyproxy/ratelimit's cache (freecache) makes a smaller size this one.
+const MinLocalCacheBytes = 512 << 10
+
+// MaxUnixSocketPath is the longest path a unix socket may be bound to
+// (GRPC_UDS): Linux's sun_path less its NUL.
+const MaxUnixSocketPath = 107
 
 // PprofVar is sluice's own variable for `sluice ratelimit`: true serves
 // /debug/pprof/ on DEBUG_HOST:DEBUG_PORT to loopback peers (admin.pprof).
@@ -296,6 +311,20 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	}
 	c.EnvoyRLS.Listen = net.JoinHostPort(str("GRPC_HOST"), port("GRPC_PORT"))
 	c.EnvoyRLS.Upstream = up
+	switch n := num("LOCAL_CACHE_SIZE_IN_BYTES"); {
+	case n < 0:
+		bad("LOCAL_CACHE_SIZE_IN_BYTES=%d: want 0 (no cache of keys over their limit) or a number of bytes", n)
+	case n > 0:
+		up.LocalCacheBytes = max(n, MinLocalCacheBytes)
+	}
+	if uds := str("GRPC_UDS"); uds != "" {
+		// sun_path holds 108 bytes on Linux, the last a NUL; bind
+		// would say only "invalid argument".
+		if len(uds) > MaxUnixSocketPath {
+			bad("GRPC_UDS=%q: %d bytes, longer than the %d a unix socket path may have: use a shorter path", uds, len(uds), MaxUnixSocketPath)
+		}
+		up.GRPCUnixSocket = uds
+	}
 
 	if boolean("GRPC_SERVER_USE_TLS") {
 		c.EnvoyRLS.TLS = &TLS{CertFile: str("GRPC_SERVER_TLS_CERT"), KeyFile: str("GRPC_SERVER_TLS_KEY"), ClientCAFile: str("GRPC_CLIENT_TLS_CACERT")}

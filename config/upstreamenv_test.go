@@ -88,6 +88,10 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		{[]string{"SLUICE_PPROF=false"}, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
 		{nil, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
 		{[]string{"GRPC_HOST=127.0.0.3", "GRPC_PORT=9003"}, func(c *config.Config) string { return want(c.EnvoyRLS.Listen, "127.0.0.3:9003") }},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES=2000000"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LocalCacheBytes, 2000000) }},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES=1000"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LocalCacheBytes, 512<<10) }},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES=0"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LocalCacheBytes, 0) }},
+		{[]string{"GRPC_UDS=/run/rl/grpc.sock"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.GRPCUnixSocket, "/run/rl/grpc.sock") }},
 		{[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + cert, "GRPC_SERVER_TLS_KEY=" + key, "GRPC_CLIENT_TLS_CACERT=" + caFile}, func(c *config.Config) string {
 			if c.ListenerTLS(config.ListenerEnvoyRLS) == nil || c.EnvoyRLS.TLS.ClientCAFile != caFile {
 				return "no TLS with a client CA on the gRPC listener"
@@ -285,6 +289,8 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"REDIS_SOCKET_TYPE=udp", "REDIS_SOCKET_TYPE=\"udp\": want unix or tcp"},
 		{"REDIS_TYPE=RING", "REDIS_TYPE=\"RING\""},
 		{"REDIS_POOL_SIZE=0", "REDIS_POOL_SIZE=0: want 1 or more"},
+		{"LOCAL_CACHE_SIZE_IN_BYTES=-1", "LOCAL_CACHE_SIZE_IN_BYTES=-1: want 0 (no cache of keys over their limit) or a number of bytes"},
+		{"GRPC_UDS=/" + strings.Repeat("s", 120), "121 bytes, longer than the 107 a unix socket path may have"},
 		{"REDIS_TIMEOUT=-1s", "REDIS_TIMEOUT"},
 		{"BACKEND_TYPE=memcache", "BACKEND_TYPE=\"memcache\" is not offered"},
 		{"RUNTIME_SUBDIRECTORY=", "RUNTIME_SUBDIRECTORY is empty"},

@@ -11,7 +11,9 @@ import (
 
 // denialCache remembers keys that the store denied, until their retry
 // time: a fixed number of independently locked shards, each a map capped
-// at its share of the size. Times are the Store's monotonic nanoseconds.
+// at its share of the size, in entries or in bytes (DenialCacheBytes:
+// each entry costs denialEntryBytes and its key's length). Times are the
+// Store's monotonic nanoseconds.
 //
 // When a remembered retry time runs out, one caller is let through to the
 // store (it holds a lease for one deadline) while the others of the same
@@ -23,13 +25,17 @@ type denialCache struct {
 	mask     uint64
 	seed     maphash.Seed
 	shardCap int
-	leaseFor int64
+	// shardBytes caps what one shard's entries cost (entryBytes);
+	// MaxInt64 when the cache is capped in entries only.
+	shardBytes int64
+	leaseFor   int64
 }
 
 type denialShard struct {
-	mu sync.Mutex
-	m  map[uint64]denial
-	_  [48]byte // keeps neighbouring shards' locks off one cache line
+	mu    sync.Mutex
+	m     map[uint64]denial
+	bytes int64    // what m's entries cost (entryBytes)
+	_     [40]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // denial is what a denied check tells about a key: for cost tokens, the
@@ -48,13 +54,33 @@ type denial struct {
 
 const denialShards = 64
 
+// denialEntryBytes is what one remembered denial costs beside its key's
+// bytes: the map slot of its hash and its denial (80 bytes), at the lowest
+// load a Go map has right after it grew (7/16: 183 bytes), and the key's
+// string header rounded up. A cache capped at B bytes holds at most
+// B / (denialEntryBytes + the key's length) denials.
+const denialEntryBytes = 200
+
+// entryBytes is what d costs in a cache capped in bytes.
+func entryBytes(d *denial) int64 { return denialEntryBytes + int64(len(d.key)) }
+
 func newDenialCache(size int, leaseFor time.Duration) *denialCache {
+	return newDenialCacheBytes(size, math.MaxInt64, leaseFor)
+}
+
+// newDenialCacheBytes is a cache of at most size entries whose entries
+// cost at most maxBytes in all (math.MaxInt64: no bound in bytes).
+func newDenialCacheBytes(size int, maxBytes int64, leaseFor time.Duration) *denialCache {
 	c := &denialCache{
-		leaseFor: int64(leaseFor),
-		shards:   make([]denialShard, denialShards),
-		mask:     denialShards - 1,
-		seed:     maphash.MakeSeed(),
-		shardCap: max((size+denialShards-1)/denialShards, 1),
+		leaseFor:   int64(leaseFor),
+		shards:     make([]denialShard, denialShards),
+		mask:       denialShards - 1,
+		seed:       maphash.MakeSeed(),
+		shardCap:   max((size+denialShards-1)/denialShards, 1),
+		shardBytes: math.MaxInt64,
+	}
+	if maxBytes < math.MaxInt64 {
+		c.shardBytes = maxBytes / denialShards
 	}
 	for i := range c.shards {
 		c.shards[i].m = make(map[uint64]denial)
@@ -153,12 +179,23 @@ func (c *denialCache) remember(req sluice.Request, res sluice.Result, sent int64
 	if req.Rules[res.Rule].Period != sluice.Rolling {
 		d.rate = math.Inf(1) // a calendar quota comes back whole at until, not a token at a time
 	}
+	cost := entryBytes(&d)
+	if cost > c.shardBytes {
+		return // a key longer than a shard's share of the bytes
+	}
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()
-	if _, ok := sh.m[h]; !ok && len(sh.m) >= c.shardCap {
-		sh.evict(sent)
+	if old, ok := sh.m[h]; ok {
+		sh.bytes -= entryBytes(&old)
+	} else {
+		for len(sh.m) > 0 && (len(sh.m) >= c.shardCap || sh.bytes+cost > c.shardBytes) {
+			if !sh.evict(sent) {
+				break
+			}
+		}
 	}
 	sh.m[h] = d
+	sh.bytes += cost
 	sh.mu.Unlock()
 }
 
@@ -172,7 +209,7 @@ func (c *denialCache) allowed(req sluice.Request, res sluice.Result, now int64) 
 	sh.mu.Lock()
 	if d, ok := sh.m[h]; ok && d.key == req.Key {
 		if res.Remaining >= d.cost {
-			delete(sh.m, h)
+			sh.drop(h, &d)
 		} else {
 			d.until, d.lease = min(d.until, now), 0
 			sh.m[h] = d
@@ -186,8 +223,16 @@ func (c *denialCache) forget(key string, rules []sluice.Rule) {
 	h := c.hash(key, rules)
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()
-	delete(sh.m, h)
+	if d, ok := sh.m[h]; ok {
+		sh.drop(h, &d)
+	}
 	sh.mu.Unlock()
+}
+
+// drop deletes the entry h, which is d. sh.mu is held.
+func (sh *denialShard) drop(h uint64, d *denial) {
+	delete(sh.m, h)
+	sh.bytes -= entryBytes(d)
 }
 
 // evictSample is how many entries evict looks at.
@@ -196,14 +241,15 @@ const evictSample = 8
 // evict makes room in a full shard: it drops the expired entries of a
 // small random sample (map iteration starts at a random place) or, when
 // none has expired, the sampled entry that expires soonest, which is the
-// one whose loss costs the store the fewest calls. sh.mu is held.
-func (sh *denialShard) evict(now int64) {
+// one whose loss costs the store the fewest calls. It reports whether it
+// dropped any. sh.mu is held.
+func (sh *denialShard) evict(now int64) bool {
 	var victim uint64
 	soonest := int64(math.MaxInt64)
 	seen, dropped := 0, 0
 	for h, d := range sh.m {
 		if d.until <= now && d.lease <= now {
-			delete(sh.m, h)
+			sh.drop(h, &d)
 			dropped++
 		} else if d.until < soonest {
 			victim, soonest = h, d.until
@@ -213,8 +259,11 @@ func (sh *denialShard) evict(now int64) {
 		}
 	}
 	if dropped == 0 && soonest != math.MaxInt64 {
-		delete(sh.m, victim)
+		d := sh.m[victim]
+		sh.drop(victim, &d)
+		dropped++
 	}
+	return dropped > 0
 }
 
 // roundUpMicro converts nanoseconds to a Duration rounded up to the

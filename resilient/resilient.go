@@ -256,6 +256,13 @@ type Options struct {
 	// means 65,536; negative disables the cache.
 	DenialCacheSize int
 
+	// DenialCacheBytes, when positive, caps what the remembered denials
+	// cost in memory instead: each costs about 200 bytes and its key's
+	// length, so the cache holds at most DenialCacheBytes / (200 + the
+	// key's length) of them, however many distinct keys are denied.
+	// DenialCacheSize is ignored then, unless negative (no cache).
+	DenialCacheBytes int64
+
 	// LocalMaxKeys caps the keys of the Local policy's in-process store.
 	// Zero means 100,000.
 	LocalMaxKeys int
@@ -382,6 +389,8 @@ func New(primary sluice.Store, opts Options) *Store {
 	s.metrics.setState(StateClosed)
 
 	switch size := opts.DenialCacheSize; {
+	case size >= 0 && opts.DenialCacheBytes > 0:
+		s.denials = newDenialCacheBytes(math.MaxInt32, opts.DenialCacheBytes, s.timeout)
 	case size == 0:
 		s.denials = newDenialCache(65536, s.timeout)
 	case size > 0:

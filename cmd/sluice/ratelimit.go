@@ -13,7 +13,7 @@ const ratelimitDoc = `Usage: sluice ratelimit
 Serve Envoy's global rate limit service as envoyproxy/ratelimit does, from
 its environment variables alone, so that a Deployment of it changes only
 its image: gRPC (rate limit and health, for "ratelimit" too) on
-GRPC_HOST:GRPC_PORT (8081); /healthcheck and /json on HOST:PORT (8080);
+GRPC_HOST:GRPC_PORT (8081), or on the unix socket GRPC_UDS instead; /healthcheck and /json on HOST:PORT (8080);
 /rlconfig, /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT (6070),
 and /debug/pprof/ there to loopback peers only with SLUICE_PPROF=true.
 The descriptor files are every file under
@@ -65,7 +65,11 @@ func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	g.SetLoader(load)
-	log.Info("sluice ratelimit: serving as envoyproxy/ratelimit", "grpc", cfg.EnvoyRLS.Listen, "http", up.HTTPListen,
+	grpcAt := cfg.EnvoyRLS.Listen
+	if up.GRPCUnixSocket != "" {
+		grpcAt = "unix://" + up.GRPCUnixSocket
+	}
+	log.Info("sluice ratelimit: serving as envoyproxy/ratelimit", "grpc", grpcAt, "http", up.HTTPListen,
 		"debug", up.DebugListen, "config_dir", cfg.EnvoyRLS.Dir(), "domains", len(cfg.EnvoyRLS.Domains()))
 	return runGateway("sluice ratelimit", g, 0, log, stderr)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,8 +57,8 @@ func startRatelimit(t *testing.T, environ []string) *dropIn {
 		case a := <-addrs:
 			if len(a) == 2 {
 				d.http, d.debug = a[0], a[1]
-			} else {
-				d.grpc = a[0]
+			} else if d.grpc = a[0]; strings.HasPrefix(a[0], "/") {
+				d.grpc = "unix://" + a[0] // GRPC_UDS
 			}
 		case <-s.exited:
 			t.Fatalf("sluice ratelimit exited %d:\n%s", s.exitCode, s.logs())
@@ -786,4 +787,245 @@ func replayBoth(t *testing.T, r envoytest.Release, files, env map[string]string,
 	}
 	b := startBothEnv(t, r, files, env)
 	replayCalls(t, r, b.services, round, thrice(calls))
+}
+
+// TestRatelimitPerSecondRedisFailsAlone: with REDIS_PERSECOND=true, each
+// Redis has a failure layer of its own. When one of the two dies (killed),
+// the limits of the other are still decided by theirs (answered OK, their
+// keys written there, commands counted there), while the dead one's are
+// decided by on_error (closed here: OVER_LIMIT) once its breaker is open;
+// /readyz names the dead one and not the other. Under one shared layer the
+// dead Redis's breaker would have stopped the live one's calls too.
+func TestRatelimitPerSecondRedisFailsAlone(t *testing.T) {
+	const limits = `domain: ps
+descriptors:
+  - key: persec
+    rate_limit: {unit: second, requests_per_unit: 1000, on_error: closed}
+  - key: perminute
+    rate_limit: {unit: minute, requests_per_unit: 1000, on_error: closed}
+`
+	d, r := envoytest.Descriptor, envoytest.Request
+	for _, c := range []struct {
+		name           string
+		deadKey, alive string // descriptor keys of the dead Redis and of the live one
+		deadName       string // how /readyz names the dead one
+		aliveName      string
+		breaker        string // the dead one's metric of open breakers
+		deadIsPS       bool
+	}{
+		{"REDIS_URL's Redis dies", "perminute", "persec", "REDIS_URL's Redis", "per-second Redis", "sluice_store_breakers_open", false},
+		{"the per-second Redis dies", "persec", "perminute", "per-second Redis", "REDIS_URL's Redis", "persecond_sluice_store_breakers_open", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			main, perSecond := redistest.Start(t), redistest.Start(t)
+			root := t.TempDir()
+			writeTestFile(t, filepath.Join(envoytest.ConfigDir(root), "ps.yaml"), limits)
+			env := append(envoytest.Environ(root, main.Addr(), 0, 0, 0), "LOG_LEVEL=info",
+				"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+perSecond.Addr())
+			s := startRatelimit(t, env)
+			client := envoytest.Dial(t, s.name, s.grpc)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			call := func(key, value string) envoytest.Outcome {
+				t.Helper()
+				o, err := client.Record(ctx, r("ps", 0, d(key, value)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			}
+			dead, alive := main, perSecond
+			if c.deadIsPS {
+				dead, alive = perSecond, main
+			}
+			if body, _ := fetchBody("http://" + s.debug + "/readyz"); !strings.HasPrefix(body, "ready\n") {
+				t.Fatalf("/readyz with both Redis up: %q", body)
+			}
+			dead.Kill()
+			// The dead Redis's breaker opens on its own calls' errors.
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; ; i++ {
+				o := call(c.deadKey, fmt.Sprint("d", i))
+				if o.Overall != "OVER_LIMIT" && i > 0 {
+					t.Fatalf("a %s call with its Redis dead (on_error: closed): %v", c.deadKey, o)
+				}
+				if m, _ := fetchBody("http://" + s.debug + "/metrics"); strings.Contains(m, "\n"+c.breaker+" 1\n") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s never 1:\n%s", c.breaker, s.log())
+				}
+			}
+			alive.ResetStats(t)
+			keys := watchKeys(t, alive)
+			const n = 20
+			for i := range n {
+				if o := call(c.alive, fmt.Sprint("a", i)); o.Overall != "OK" || len(o.Statuses) != 1 || o.Statuses[0].Remaining != 999 {
+					t.Fatalf("call %d of %s, whose Redis is up, while the other is dead: %v; want OK, 999 remaining", i, c.alive, o)
+				}
+			}
+			written, _ := keys()
+			calls := int64(0)
+			for name, st := range alive.CommandStats(t) {
+				if !strings.HasPrefix(name, "config") && !strings.HasPrefix(name, "psubscribe") && name != "ping" && name != "info" {
+					calls += st.Calls
+				}
+			}
+			if len(written) != n || calls < n {
+				t.Errorf("the live Redis saw %d commands and %d keys written (%q) for %d calls; want every call there", calls, len(written), written, n)
+			}
+			body, _ := fetchBody("http://" + s.debug + "/readyz")
+			if !strings.Contains(body, c.deadName+" (REDIS") && !strings.Contains(body, c.deadName+" failing") || strings.Contains(body, c.aliveName) {
+				t.Errorf("/readyz with %s dead: %q; want it named, and not %s", c.deadName, body, c.aliveName)
+			}
+			if o := call(c.deadKey, "last"); o.Overall != "OVER_LIMIT" {
+				t.Errorf("a %s call with its Redis dead (on_error: closed): %v; want OVER_LIMIT", c.deadKey, o)
+			}
+		})
+	}
+}
+
+// TestRatelimitUnixSocket: with GRPC_UDS both services serve gRPC on that
+// unix socket (a stale socket file left at sluice's path is replaced), a
+// client dialling unix:// gets the same answers from both, and sluice
+// removes its socket file when it exits.
+func TestRatelimitUnixSocket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	redis := redistest.Start(t, redistest.WithUnixSocket())
+	root := t.TempDir()
+	conf := filepath.Join(root, "rl", "config")
+	writeTestFile(t, filepath.Join(conf, "edge.yaml"), dropInEdge)
+	writeTestFile(t, filepath.Join(conf, "nested", "limits"), dropInNested)
+	sockets := t.TempDir()
+	upSock, slSock := filepath.Join(sockets, "up.sock"), filepath.Join(sockets, "sluice.sock")
+	stale, err := net.Listen("unix", slSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	env := map[string]string{
+		"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": redis.UnixSocket(),
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info",
+	}
+	peerEnv := map[string]string{"GRPC_UDS": upSock}
+	environ := envoytest.Environ(root, "", 0, 0, 0)
+	for k, v := range env {
+		peerEnv[k] = v
+		environ = append(environ, k+"="+v)
+	}
+	peer := envoytest.StartEnvRelease(t, envoytest.January, peerEnv)
+	sl := startRatelimit(t, append(environ, "GRPC_UDS="+slSock))
+	if sl.grpc != "unix://"+slSock || peer.Addr() != "unix://"+upSock {
+		t.Fatalf("gRPC served at %s and %s; want unix://%s and unix://%s", peer.Addr(), sl.grpc, upSock, slSock)
+	}
+	up := &dropIn{name: "envoyproxy/ratelimit " + envoytest.January.Name, grpc: peer.Addr(), log: peer.Log}
+	replay(t, []*dropIn{up, sl}, "uds")
+	if !strings.Contains(sl.log(), "removed a stale socket file") {
+		t.Errorf("no word of the stale socket replaced:\n%s", sl.log())
+	}
+	if err := sl.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Lstat(slSock); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there after SIGTERM:\n%s", slSock, sl.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRatelimitUnixSocketRefused: a GRPC_UDS that cannot be a socket stops
+// `sluice ratelimit` with a message that says why: too long for a socket
+// (exit 2, the environment is invalid), a directory or a regular file
+// (exit 1, the listener cannot be opened; the file is left as it was).
+func TestRatelimitUnixSocketRefused(t *testing.T) {
+	redis := redistest.Start(t)
+	root := t.TempDir()
+	writeTestFile(t, filepath.Join(envoytest.ConfigDir(root), "d.yaml"), dropInEdge)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, want string
+		code       int
+	}{
+		{"/" + strings.Repeat("s", 120), "GRPC_UDS=\"/sss", 2},
+		{dir, "GRPC_UDS: \"" + dir + "\" is a directory", 1},
+		{file, "exists and is not a socket", 1},
+	} {
+		cmd := exec.Command(binary, "ratelimit")
+		cmd.Env = append(envoytest.Environ(root, redis.Addr(), 0, 0, 0), "GRPC_UDS="+c.path)
+		out, err := cmd.CombinedOutput()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code || !strings.Contains(string(out), c.want) {
+			t.Errorf("GRPC_UDS=%s: exit %d (%v), output:\n%s\nwant %d and %q", c.path, code, err, out, c.code, c.want)
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep" {
+		t.Errorf("the regular file now holds %q", b)
+	}
+}
+
+// TestRatelimitLocalCache: with LOCAL_CACHE_SIZE_IN_BYTES set, both
+// services answer a descriptor over its limit without Redis until its
+// window ends, and their answers are equal in every field; sluice's calls
+// to Redis (its scripts, in Redis's commandstats) are as many as
+// envoyproxy/ratelimit's (its INCRBYs), fewer than the descriptors asked
+// for. With 0 (upstream's default) neither has the cache: every
+// descriptor reaches Redis.
+func TestRatelimitLocalCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	const limits = `domain: lc
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	d, r := envoytest.Descriptor, envoytest.Request
+	for _, size := range []string{"1048576", "0"} {
+		t.Run("LOCAL_CACHE_SIZE_IN_BYTES="+size, func(t *testing.T) {
+			b := startBothEnv(t, envoytest.January, map[string]string{"lc.yaml": limits}, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": size})
+			b.redis.ResetStats(t)
+			descriptors := 0
+			replayCalls(t, envoytest.January, b.services, "lc", func(tag string) []*rlsv3.RateLimitRequest {
+				var reqs []*rlsv3.RateLimitRequest
+				for range 6 {
+					reqs = append(reqs,
+						r("lc", 0, d("k", "a"+tag)),
+						r("lc", 2, d("k", "b"+tag)),
+						r("lc", 0, d("m", "c"+tag), d("k", "a"+tag)),
+					)
+				}
+				for _, req := range reqs {
+					descriptors += len(req.Descriptors)
+				}
+				return reqs
+			})
+			stats := b.redis.CommandStats(t)
+			scripts := stats["evalsha"].Calls + stats["eval"].Calls - stats["evalsha"].FailedCalls
+			incrs := stats["incrby"].Calls
+			t.Logf("%d descriptors asked for: sluice ran %d scripts, envoyproxy/ratelimit %d INCRBYs", descriptors, scripts, incrs)
+			if scripts != incrs {
+				t.Errorf("sluice ran %d scripts, envoyproxy/ratelimit %d INCRBYs: want as many", scripts, incrs)
+			}
+			if cached := size != "0"; cached && scripts >= int64(descriptors) || !cached && scripts != int64(descriptors) {
+				t.Errorf("%d scripts for %d descriptors with LOCAL_CACHE_SIZE_IN_BYTES=%s", scripts, descriptors, size)
+			}
+		})
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,9 +68,8 @@ type Gateway struct {
 	tracer  trace.Tracer // tracing's, or nil
 
 	store      sluice.Store // what the policies check
-	probe      sluice.Store // what /readyz asks: the store itself, without failure policy
+	probes     []probe      // what /readyz asks: each store itself, without failure policy
 	resilient  bool         // store is a resilient layer in front of Redis
-	eviction   string       // a warning about Redis's eviction policy, for /readyz
 	closeStore func() error
 
 	state atomic.Pointer[state]
@@ -177,7 +177,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 			_ = local.Close()
 			return err
 		}
-		g.store, g.probe = all, local
+		g.store, g.probes = all, []probe{{store: local}}
 		g.closeStore = func() error { _ = all.Close(); return local.Close() }
 		return nil
 	}
@@ -194,18 +194,6 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		_ = raw.Close()
 		_ = client.Close()
 		return err
-	}
-	var store sluice.Store = all
-	closePerSecond := func() {}
-	if up := cfg.EnvoyRLS.Upstream; up != nil && up.PerSecond != nil {
-		ps, closePS, err := g.openPerSecond(*up.PerSecond)
-		if err != nil {
-			_ = all.Close()
-			_ = raw.Close()
-			_ = client.Close()
-			return fmt.Errorf("%s: the per-second Redis (REDIS_PERSECOND_URL): %w", cfg.File, err)
-		}
-		store, closePerSecond = perSecondStore(all, ps), closePS
 	}
 	// The resilient layer gives every call its deadline and decides by the
 	// failure policy when Redis fails; its breaker stops calling a Redis
@@ -228,9 +216,40 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		opts.Scope = clusterScope(cc, raw)
 	}
-	rs := resilient.New(store, opts)
+	up := cfg.EnvoyRLS.Upstream
+	if up != nil {
+		// `sluice ratelimit`: the denial cache is envoyproxy/ratelimit's
+		// local cache of keys over their limit, LOCAL_CACHE_SIZE_IN_BYTES
+		// (0: none), split between the two Redis when there are two.
+		opts.DenialCacheSize, opts.DenialCacheBytes = -1, 0
+		if n := up.LocalCacheBytes; n > 0 {
+			opts.DenialCacheSize, opts.DenialCacheBytes = 0, n
+			if up.PerSecond != nil {
+				opts.DenialCacheBytes = n / 2
+			}
+		}
+	}
+	rs := resilient.New(all, opts)
 	g.redisClient = client
-	g.store, g.probe, g.resilient, g.eviction = rs, raw, true, eviction
+	g.store, g.resilient = rs, true
+	g.probes = []probe{{store: raw, eviction: eviction}}
+	closePerSecond := func() {}
+	if up != nil && up.PerSecond != nil {
+		// The per-second Redis has a resilient layer of its own (its
+		// breaker, denial cache and local buckets): when one Redis
+		// fails, the limits of the other are still decided by theirs.
+		ps, closePS, err := g.openPerSecond(*up.PerSecond, opts)
+		if err != nil {
+			_ = rs.Close()
+			_ = all.Close()
+			_ = leased.Close()
+			_ = raw.Close()
+			_ = client.Close()
+			return fmt.Errorf("%s: the per-second Redis (REDIS_PERSECOND_URL): %w", cfg.File, err)
+		}
+		g.store, closePerSecond = perSecondStore(rs, ps), closePS
+		g.probes[0].name = "REDIS_URL's Redis"
+	}
 	g.closeStore = func() error {
 		_ = rs.Close()
 		_ = all.Close()
@@ -414,33 +433,74 @@ func (g *Gateway) Admin() http.Handler {
 	return mux
 }
 
-// serveReady is ready when the store answers a write, or when it does not
-// but the failure policy lets requests through (on_error local or open);
-// either way the body says what is wrong. The probe takes a token from a
-// key of its own, so a Redis that refuses writes (out of memory, a
-// read-only replica) is reported, not only one that is down; the key's
-// bucket is full again at once, so it expires within a second.
+// probe is a store /readyz asks, without failure policy: name says which
+// (empty when there is one store), eviction is a warning about its Redis's
+// eviction policy, or "".
+type probe struct {
+	name, eviction string
+	store          sluice.Store
+	timeout        time.Duration // its Redis's deadline, when not store.redis's
+}
+
+// serveReady is ready when every store answers a write, or when one does
+// not but the failure policy lets requests through (on_error local or
+// open); either way the body says what is wrong, naming the store at fault
+// when there are two (`sluice ratelimit` with REDIS_PERSECOND). The probe
+// takes a token from a key of its own, so a Redis that refuses writes (out
+// of memory, a read-only replica) is reported, not only one that is down;
+// the key's bucket is full again at once, so it expires within a second.
 func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	if g.serveDraining(w) {
 		return
 	}
 	st := g.state.Load()
-	ctx, cancel := context.WithTimeout(r.Context(), 4*st.cfg.Store.Redis.Timeout)
+	timeout := st.cfg.Store.Redis.Timeout
+	for _, p := range g.probes {
+		timeout = max(timeout, p.timeout)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*timeout)
 	defer cancel()
-	_, err := g.probe.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 1, Rules: readyRule})
+	errs := make([]error, len(g.probes))
+	var wg sync.WaitGroup
+	for i, p := range g.probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = p.store.Check(ctx, sluice.Request{Key: "sluice-readyz", Cost: 1, Rules: readyRule})
+		}()
+	}
+	wg.Wait()
+	var failing, notes []string
+	for i, p := range g.probes {
+		what := "store"
+		if p.name != "" {
+			what = "store " + p.name
+		}
+		if errs[i] != nil {
+			failing = append(failing, fmt.Sprintf("%s failing (%s: %v)", what, classifyRedis(errs[i]), errs[i]))
+		}
+		if p.eviction != "" {
+			if p.name != "" {
+				notes = append(notes, p.name+": "+p.eviction)
+			} else {
+				notes = append(notes, p.eviction)
+			}
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	note := ""
-	if g.eviction != "" {
-		note = "; warning: " + g.eviction
+	if len(notes) > 0 {
+		note = "; warning: " + strings.Join(notes, "; ")
 	}
+	why := strings.Join(failing, ", ")
 	switch {
-	case err == nil:
+	case len(failing) == 0:
 		fmt.Fprintf(w, "ready%s\n", note)
 	case st.cfg.Store.FailurePolicy() != sluice.OnErrorClosed:
-		fmt.Fprintf(w, "ready: store failing (%s: %v), serving with on_error: %s%s\n", classifyRedis(err), err, st.cfg.Store.OnError, note)
+		fmt.Fprintf(w, "ready: %s, serving with on_error: %s%s\n", why, st.cfg.Store.OnError, note)
 	default:
 		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "not ready: store failing (%s: %v) and on_error is closed%s\n", classifyRedis(err), err, note)
+		fmt.Fprintf(w, "not ready: %s and on_error is closed%s\n", why, note)
 	}
 }
 
@@ -538,13 +598,21 @@ func (g *Gateway) Listen() error {
 		}
 	}
 	if cfg.EnvoyRLS.Enabled() {
-		if g.rlsLn, err = net.Listen("tcp", cfg.EnvoyRLS.Listen); err != nil {
+		what := "envoy_rls.listen"
+		if up := cfg.EnvoyRLS.Upstream; up != nil && up.GRPCUnixSocket != "" {
+			// `sluice ratelimit` with GRPC_UDS: there instead of TCP.
+			what = "GRPC_UDS"
+			g.rlsLn, err = listenUnix(up.GRPCUnixSocket, g.log)
+		} else {
+			g.rlsLn, err = net.Listen("tcp", cfg.EnvoyRLS.Listen)
+		}
+		if err != nil {
 			g.trafficLn.Close()
 			g.adminLn.Close()
 			if g.decisionLn != nil {
 				g.decisionLn.Close()
 			}
-			return fmt.Errorf("envoy_rls.listen: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	return nil

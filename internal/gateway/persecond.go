@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/resilient"
 )
 
 // perSecondStore sends the checks of the limits whose unit is SECOND to
@@ -14,8 +18,9 @@ import (
 // as envoyproxy/ratelimit does with REDIS_PERSECOND (`sluice ratelimit`;
 // config.Upstream.PerSecond). Which is which rides in the context
 // (withPerSecond): the one store choice not in sluice.Request, as it is
-// `sluice ratelimit`'s alone. One store under the one resilient layer, so
-// on_error decides for both alike.
+// `sluice ratelimit`'s alone. Each is a resilient layer of its own, so a
+// Redis that fails opens its own breaker only, and on_error decides the
+// limits of that Redis alone.
 func perSecondStore(main, perSecond sluice.Store) routeStore {
 	return func(ctx context.Context) sluice.Store {
 		if ctx.Value(perSecondKey{}) != nil {
@@ -37,9 +42,13 @@ func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Polic
 }
 
 // openPerSecond connects the per-second Redis of r and builds its store of
-// every algorithm, as openStore does the main one's; close closes both.
-func (g *Gateway) openPerSecond(r config.Redis) (sluice.Store, func(), error) {
-	client, raw, _, err := newRedisStore(r, g.log)
+// every algorithm, as openStore does the main one's, behind a resilient
+// layer of its own with the main one's options (opts) but for r's
+// deadline and cluster scope; its metrics are the main layer's with the
+// prefix persecond_. It adds the Redis to the probes of /readyz; close
+// closes what it opened.
+func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options) (sluice.Store, func(), error) {
+	client, raw, eviction, err := newRedisStore(r, g.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,8 +60,18 @@ func (g *Gateway) openPerSecond(r config.Redis) (sluice.Store, func(), error) {
 		_ = client.Close()
 		return nil, nil, err
 	}
+	opts.Timeout, opts.MaxWait, opts.Scope = r.Timeout, redisMaxWait(r), nil
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		opts.Scope = clusterScope(cc, raw)
+	}
+	if opts.Registerer != nil {
+		opts.Registerer = prometheus.WrapRegistererWithPrefix("persecond_", opts.Registerer)
+	}
+	rs := resilient.New(all, opts)
 	g.perSecondClient = client
-	return all, func() {
+	g.probes = append(g.probes, probe{name: "the per-second Redis (REDIS_PERSECOND_URL)", store: raw, eviction: eviction, timeout: r.Timeout})
+	return rs, func() {
+		_ = rs.Close()
 		_ = all.Close()
 		_ = raw.Close()
 		_ = client.Close()

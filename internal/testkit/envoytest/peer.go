@@ -137,6 +137,9 @@ func launch(bin, dir, redisAddr string, env map[string]string) (*Peer, error) {
 	}
 	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
 	p := &Peer{grpcAddr: addr(0), httpAddr: addr(1), debugAddr: addr(2), dir: dir, done: make(chan struct{})}
+	if uds := env["GRPC_UDS"]; uds != "" {
+		p.grpcAddr = "unix://" + uds // served there instead (an absolute path)
+	}
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
 	cmd.Env = Environ(filepath.Join(dir, "runtime"), redisAddr, ports[0], ports[1], ports[2])
@@ -299,7 +302,8 @@ func (p *Peer) DebugAddr() string { return p.debugAddr }
 // Signal sends sig to the peer's process.
 func (p *Peer) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// Addr returns the host:port of the peer's gRPC listener.
+// Addr returns the host:port of the peer's gRPC listener, or unix://PATH
+// when its environment sets GRPC_UDS.
 func (p *Peer) Addr() string { return p.grpcAddr }
 
 // Redis returns the peer's Redis.
