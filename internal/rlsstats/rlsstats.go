@@ -58,6 +58,7 @@ type Stats struct {
 	cache   atomic.Pointer[limitCache]
 	dynamic sync.Map // name → *Limit
 	nDyn    atomic.Int64
+	maxDyn  int64 // MaxDynamic
 }
 
 // limitCache holds the counters of one configuration's limits, by
@@ -107,6 +108,7 @@ func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 		store:             store,
 		rl:                service.Scope("rate_limit"),
 		ratio:             float32(s.NearLimitRatio),
+		maxDyn:            MaxDynamic,
 		cancel:            make(chan struct{}),
 		done:              make(chan struct{}),
 		redisError:        call.NewCounter("redis_error"),
@@ -234,7 +236,7 @@ func (s *Stats) ForKey(key string) *Limit {
 	if v, ok := s.dynamic.Load(key); ok {
 		return v.(*Limit)
 	}
-	if s.nDyn.Add(1) > MaxDynamic {
+	if s.nDyn.Add(1) > s.maxDyn {
 		s.nDyn.Add(-1)
 		return nil
 	}
@@ -251,7 +253,7 @@ func (s *Stats) dyn(name, suffix string) *Limit {
 	if v, ok := s.dynamic.Load(key); ok {
 		return v.(*Limit)
 	}
-	if s.nDyn.Add(1) > MaxDynamic {
+	if s.nDyn.Add(1) > s.maxDyn {
 		s.nDyn.Add(-1)
 		return nil
 	}
@@ -324,9 +326,15 @@ func Sanitize(key string) string {
 // sidecar) is not an error of the service.
 type logger struct{ l *slog.Logger }
 
-func (g logger) Debugf(format string, args ...any) { g.l.Debug("statsd: " + fmt.Sprintf(format, args...)) }
-func (g logger) Warnf(format string, args ...any)  { g.l.Debug("statsd: " + fmt.Sprintf(format, args...)) }
-func (g logger) Errorf(format string, args ...any) { g.l.Debug("statsd: " + fmt.Sprintf(format, args...)) }
+func (g logger) Debugf(format string, args ...any) {
+	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
+}
+func (g logger) Warnf(format string, args ...any) {
+	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
+}
+func (g logger) Errorf(format string, args ...any) {
+	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
+}
 
 // Hits counts cost hits in total_hits alone, for a descriptor whose
 // decision the store failed (envoyproxy/ratelimit counts the hits before
