@@ -280,6 +280,19 @@ func compareStatsd(t *testing.T, protocol string) bool {
 			break
 		}
 	}
+	// A file that does not load counts config_load_error in both (how
+	// many times each reads the change is each one's own).
+	writeTestFile(t, filepath.Join(root, "rl", "config", "broken.yaml"), "domain: broken\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	loadErr := prefix + "config_load_error.__env=test_a.__team=edge"
+	for i, name := range []string{"envoyproxy/ratelimit", "sluice ratelimit"} {
+		deadline := time.Now().Add(30 * time.Second)
+		for sinks[i].counters(loadErr)[loadErr] == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if sinks[i].counters(loadErr)[loadErr] == 0 {
+			t.Errorf("%s sent no config_load_error after a file that does not load", name)
+		}
+	}
 	return true
 }
 
