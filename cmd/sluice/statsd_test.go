@@ -178,22 +178,66 @@ func TestRatelimitStatsdLikeUpstream(t *testing.T) {
 	}
 	for _, protocol := range []string{"udp", "tcp"} {
 		t.Run(protocol, func(t *testing.T) {
-			for attempt := 0; ; attempt++ {
-				if compareStatsd(t, protocol) || attempt == 2 {
-					return
-				}
-				t.Logf("the calls straddled an hour's edge; again with new services")
-			}
+			r := compareStatsd(t, protocol, map[string]string{"stats.yaml": statsdDomain}, nil, statsdCalls())
+			checkStatsdRun(t, r)
 		})
 	}
 }
 
-// compareStatsd is one run of TestRatelimitStatsdLikeUpstream; false when
-// the calls straddled a window's edge (nothing compared).
-func compareStatsd(t *testing.T, protocol string) bool {
+// TestRatelimitStatsdStopIncrement: under
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT the descriptors a call spares
+// still count its hits in their stats (total_hits, within_limit), as
+// upstream's do.
+func TestRatelimitStatsdStopIncrement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	d, r := envoytest.Descriptor, envoytest.Request
+	compareStatsd(t, "udp", map[string]string{"s.yaml": `domain: s
+descriptors:
+  - key: small
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: big
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`}, map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, []*rlsv3.RateLimitRequest{
+		r("s", 0, d("small", "1"), d("big", "1")),
+		r("s", 0, d("small", "1"), d("big", "1")),
+		// 3 hits on a small already over: all over_limit in both (a call
+		// of several hits that crosses a limit is where they differ,
+		// docs/envoy.md).
+		r("s", 3, d("big", "1"), d("small", "1")),
+		r("s", 0, d("big", "1")),
+	})
+}
+
+// statsdRun is what compareStatsd compared.
+type statsdRun struct {
+	got  [2]map[string]uint64 // envoyproxy/ratelimit's counters, sluice's
+	root string
+	sink [2]*statsdSink
+}
+
+// compareStatsd runs envoyproxy/ratelimit and `sluice ratelimit` with the
+// files and the variables of extra, each sending its stats over protocol
+// to a listener of its own, sends both the calls and holds the counters
+// under ratelimit.service. equal; a run that straddles a window's edge is
+// run again on new services.
+func compareStatsd(t *testing.T, protocol string, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) statsdRun {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		if r, ok := compareStatsdOnce(t, protocol, files, extra, calls); ok || attempt == 2 {
+			return r
+		}
+		t.Logf("the calls straddled a window's edge; again with new services")
+	}
+}
+
+func compareStatsdOnce(t *testing.T, protocol string, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) (statsdRun, bool) {
 	redis := redistest.Start(t, redistest.WithUnixSocket())
 	root := t.TempDir()
-	writeTestFile(t, filepath.Join(root, "rl", "config", "stats.yaml"), statsdDomain)
+	for name, yaml := range files {
+		writeTestFile(t, filepath.Join(root, "rl", "config", name), yaml)
+	}
 	env := map[string]string{
 		"REDIS_SOCKET_TYPE":    "unix",
 		"REDIS_TYPE":           "SINGLE",
@@ -209,6 +253,7 @@ func compareStatsd(t *testing.T, protocol string) bool {
 		"STATS_FLUSH_INTERVAL": "100ms",
 		"EXTRA_TAGS":           "env:test.a,team:edge",
 	}
+	maps.Copy(env, extra)
 	sinks := []*statsdSink{newStatsdSink(t, protocol), newStatsdSink(t, protocol)}
 	with := func(s *statsdSink) map[string]string {
 		e := maps.Clone(env)
@@ -226,7 +271,7 @@ func compareStatsd(t *testing.T, protocol string) bool {
 	defer cancel()
 	start := time.Now()
 	var outs [2][]envoytest.Outcome
-	for _, req := range statsdCalls() {
+	for _, req := range calls {
 		for i, c := range clients {
 			o, err := c.Record(ctx, req)
 			if err == nil {
@@ -235,7 +280,7 @@ func compareStatsd(t *testing.T, protocol string) bool {
 		}
 	}
 	if envoytest.Straddles(start, time.Now(), outs[0], outs[1]) {
-		return false
+		return statsdRun{}, false
 	}
 	const prefix = "ratelimit.service."
 	// The counters arrive over several flushes: wait until both sums
@@ -268,6 +313,16 @@ func compareStatsd(t *testing.T, protocol string) bool {
 		t.Errorf("statsd counters differ:\n  %s\nenvoyproxy/ratelimit sent:\n  %s", strings.Join(diff, "\n  "), strings.Join(lines(got[0]), "\n  "))
 	}
 	t.Logf("both sent:\n  %s", strings.Join(lines(got[1]), "\n  "))
+	return statsdRun{got: got, root: root, sink: [2]*statsdSink{sinks[0], sinks[1]}}, true
+}
+
+// checkStatsdRun checks that the run of statsdCalls produced the names
+// its comparison rests on, then that a file that does not load counts
+// config_load_error in both.
+func checkStatsdRun(t *testing.T, r statsdRun) {
+	t.Helper()
+	const prefix = "ratelimit.service."
+	got, root, sinks := r.got, r.root, r.sink
 	// What the comparison rests on: the names the calls must produce.
 	for _, n := range []string{
 		"rate_limit.stats.user.total_hits", "rate_limit.stats.user.near_limit", "rate_limit.stats.user.over_limit",
@@ -293,7 +348,6 @@ func compareStatsd(t *testing.T, protocol string) bool {
 			t.Errorf("%s sent no config_load_error after a file that does not load", name)
 		}
 	}
-	return true
 }
 
 func lines(m map[string]uint64) []string {

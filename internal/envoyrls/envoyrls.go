@@ -75,6 +75,7 @@ type decision struct {
 	limit  *config.RLSLimit // nil: no limit applies
 	key    string
 	cost   int64
+	hits   int64 // the call's hits, for the stats: cost before spareWhenOver
 	res    sluice.Result
 	rules  *decide.Rules // the rules decided with, for the fields
 	over   bool          // over the limit (shadow and quota mode included)
@@ -120,7 +121,8 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				replaced[name] = true
 			}
 		}
-		ds = append(ds, decision{limit: l, key: key, cost: hitsAddend(req, d), override: override})
+		cost := hitsAddend(req, d)
+		ds = append(ds, decision{limit: l, key: key, cost: cost, hits: cost, override: override})
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a

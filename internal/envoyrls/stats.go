@@ -40,11 +40,13 @@ func (s *service) record(rls *config.EnvoyRLS, req *rlsv3.RateLimitRequest, ds [
 		}
 		if d.storeErr {
 			storeFailed = true
-			st.Hits(l, d.cost)
+			st.Hits(l, d.hits)
 			continue
 		}
 		n := int64(d.limit.RequestsPerUnit)
-		st.Record(l, d.cost, d.limit.RequestsPerUnit, n-min(n, max(0, d.res.Remaining)), d.over, d.limit.Shadow)
+		// The call's hits, those STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+		// spared too, as there; after is the window's count.
+		st.Record(l, d.hits, d.limit.RequestsPerUnit, n-min(n, max(0, d.res.Remaining)), d.over, d.limit.Shadow)
 	}
 	if storeFailed {
 		st.RedisError()
