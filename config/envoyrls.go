@@ -118,6 +118,9 @@ type RLSDescriptor struct {
 	// Shared is the wildcard value ("files/*") under share_threshold:
 	// every value it matches counts in one bucket. Empty otherwise.
 	Shared string
+	// ValueToMetric: value_to_metric, a call's value is part of the
+	// stats key where the file has a key alone or a wildcard.
+	ValueToMetric bool
 
 	wild [][]string // Wildcards, each split on "*"
 }
@@ -179,8 +182,19 @@ type RLSLimit struct {
 	// Metadata is the descriptor's metadata:, returned in an answer's
 	// dynamic metadata when the limit passes; nil without one.
 	Metadata *structpb.Struct
-	File     string
-	Line     int
+	// StatsKey is the key envoyproxy/ratelimit names the limit's stats
+	// by: the domain and each descriptor's key, or key_value, joined by
+	// dots ("domain.key1_value1.key2"), as in the file.
+	StatsKey string
+	// DynamicStats: the stats key is made from a call's values
+	// (detailed_metric on the limit's descriptor, or value_to_metric on
+	// one on its way), not StatsKey.
+	DynamicStats bool
+	// DetailedMetric: detailed_metric, the stats key is every entry's
+	// key_value of the call.
+	DetailedMetric bool
+	File           string
+	Line           int
 }
 
 // The units of envoyproxy/ratelimit, in seconds.
@@ -478,12 +492,13 @@ func (l *rlsLoader) file(path string) {
 		top = &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
 		l.domains[f.Domain] = top
 	}
-	l.descriptors(top, f.Domain, "rls:"+f.Domain, "descriptors", f.Descriptors)
+	l.descriptors(top, f.Domain, "rls:"+f.Domain, f.Domain, false, "descriptors", f.Descriptors)
 }
 
 // descriptors loads list, at field path at, under parent, whose policy
-// name so far is name.
-func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, at string, list []rlsDescriptor) {
+// name so far is name and stats key stats; v2m: a descriptor above has
+// value_to_metric.
+func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, stats string, v2m bool, at string, list []rlsDescriptor) {
 	for i := range list {
 		dp := fmt.Sprintf("%s[%d]", at, i)
 		d := &list[i]
@@ -516,11 +531,16 @@ func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, at string, 
 		if d.Value != "" {
 			path += "=" + d.Value
 		}
+		node.ValueToMetric = d.ValueToMetric
+		v2m := v2m || d.ValueToMetric
 		if d.RateLimit != nil {
 			node.Limit = l.limit(dp, path, d)
+			node.Limit.StatsKey = stats + "." + final
+			node.Limit.DetailedMetric = d.DetailedMetric
+			node.Limit.DynamicStats = d.DetailedMetric || v2m
 		}
 		parent.Children[final] = node
-		l.descriptors(node, domain, path, dp+".descriptors", d.Descriptors)
+		l.descriptors(node, domain, path, stats+"."+final, v2m, dp+".descriptors", d.Descriptors)
 	}
 }
 

@@ -41,6 +41,10 @@ type Upstream struct {
 	// call that a descriptor refuses counts no hit on the descriptors that
 	// would have passed it.
 	StopIncrementWhenOver bool
+	// Statsd, from USE_STATSD (true unless set false) and the STATSD_
+	// variables, is where envoyproxy/ratelimit's stats go; nil with
+	// USE_STATSD=false or DISABLE_STATS=true.
+	Statsd *Statsd
 	// HealthyWithConfig: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, health
 	// (gRPC and /healthcheck) fails while no descriptor file is loaded.
 	HealthyWithConfig bool
@@ -54,6 +58,20 @@ type Upstream struct {
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
+}
+
+// Statsd is where and how `sluice ratelimit` sends envoyproxy/ratelimit's
+// statsd stats (internal/rlsstats).
+type Statsd struct {
+	Addr     string // STATSD_HOST:STATSD_PORT
+	Protocol string // STATSD_PROTOCOL: tcp or udp
+	// FlushInterval: STATS_FLUSH_INTERVAL, how often the counts go.
+	FlushInterval time.Duration
+	// Tags: EXTRA_TAGS, added to every stat.
+	Tags map[string]string
+	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
+	// hits count as near_limit.
+	NearLimitRatio float64
 }
 
 // UpstreamVar is one of envoyproxy/ratelimit's environment variables
@@ -101,10 +119,10 @@ func refuse(name, def string, kind byte, instead string) UpstreamVar {
 }
 
 const (
-	noStatsd  = "sluice sends no statsd; its metrics are Prometheus's, at http://DEBUG_HOST:DEBUG_PORT/metrics: scrape that and unset it"
-	noXDS     = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
-	noMemcash = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
-	noTracing = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
+	noDogStatsd = "sluice sends plain statsd (USE_STATSD, the tags of EXTRA_TAGS in the names), not DogStatsD's tags: unset it, or scrape sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics"
+	noXDS       = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
+	noMemcash   = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
+	noTracing   = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
 )
 
 // UpstreamVars are every environment variable of envoyproxy/ratelimit
@@ -144,16 +162,17 @@ var UpstreamVars = []UpstreamVar{
 	refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", 'f', noXDS),
 	refuse("XDS_CLIENT_BACKOFF_JITTER", "true", 'b', noXDS),
 	refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", 's', noXDS),
-	refuse("USE_DOG_STATSD", "false", 'b', noStatsd),
-	refuse("USE_DOG_STATSD_MOGRIFIERS", "", 's', noStatsd),
-	// Upstream's default is true; only an explicit true is refused, so
-	// that a Deployment without a statsd sidecar starts.
-	refuse("USE_STATSD", "", 'b', noStatsd+" (set USE_STATSD=false)"),
-	refuse("STATSD_HOST", "localhost", 's', noStatsd),
-	refuse("STATSD_PORT", "8125", 'i', noStatsd),
-	refuse("EXTRA_TAGS", "", 's', noStatsd),
-	refuse("STATS_FLUSH_INTERVAL", "10s", 'd', noStatsd),
-	accept("DISABLE_STATS", "false", 'b', "sluice's Prometheus metrics are always on (http://DEBUG_HOST:DEBUG_PORT/metrics); they cost nothing unscraped"),
+	refuse("USE_DOG_STATSD", "false", 'b', noDogStatsd),
+	refuse("USE_DOG_STATSD_MOGRIFIERS", "", 's', noDogStatsd),
+	honour("USE_STATSD", "true", 'b', "true: envoyproxy/ratelimit's statsd counters, its names (ratelimit.service.…), to STATSD_HOST:STATSD_PORT, as there; no statsd listening costs nothing"),
+	honour("STATSD_HOST", "localhost", 's', "the statsd's host"),
+	honour("STATSD_PORT", "8125", 'i', "the statsd's port"),
+	// Read by envoyproxy/ratelimit's statsd client (lyft/gostats), not
+	// its settings.go.
+	honour("STATSD_PROTOCOL", "tcp", 's', "tcp or udp, as there (its statsd client's variable)"),
+	honour("EXTRA_TAGS", "", 's', "tag:value,… added to every stat's name as .__tag=value, as there"),
+	honour("STATS_FLUSH_INTERVAL", "10s", 'd', "how often the counts are sent"),
+	honour("DISABLE_STATS", "false", 'b', "true: no statsd (USE_STATSD); sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics are on either way"),
 	refuse("USE_PROMETHEUS", "false", 'b', "sluice's metrics (its own names) are at http://DEBUG_HOST:DEBUG_PORT/metrics: point the scrape there and unset it"),
 	refuse("PROMETHEUS_ADDR", ":9090", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
 	refuse("PROMETHEUS_PATH", "/metrics", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
@@ -165,7 +184,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
 	accept("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "spreads key expiry there; sluice's keys expire with their window, answers unchanged"),
 	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes (at least 512 KiB, as there), each key costing 200 bytes and its length"),
-	accept("NEAR_LIMIT_RATIO", "0.8", 'f', "feeds a near_limit statsd counter there; no effect on answers"),
+	honour("NEAR_LIMIT_RATIO", "0.8", 'f', "the share of a limit past which hits count in the near_limit stat; no effect on answers"),
 	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
 	honour("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "true: as there, the counts are read first, and when a descriptor of a call would go over its limit only those over count the hits, the call takes nothing of the limits it passes (fixed-window limits; a sluice algorithm counts no refused hit anyway)"),
@@ -394,6 +413,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 		}
 	}
 	c.EnvoyRLS.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
+	up.Statsd = statsdFromEnv(vals, bad)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}
@@ -521,6 +541,53 @@ func redisFromEnv(r *Redis, prefix string, env map[string]string, vals map[strin
 	}
 	// The files serve both Redis, as there.
 	r.TLS = RedisTLS{CAFile: str("REDIS_TLS_CACERT"), CertFile: str("REDIS_TLS_CLIENT_CERT"), KeyFile: str("REDIS_TLS_CLIENT_KEY")}
+}
+
+// statsdFromEnv reads USE_STATSD, DISABLE_STATS, the STATSD_ variables,
+// EXTRA_TAGS, STATS_FLUSH_INTERVAL and NEAR_LIMIT_RATIO; nil when no
+// stats are sent.
+func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	ratio, _ := vals["NEAR_LIMIT_RATIO"].(float64)
+	if !(ratio >= 0 && ratio <= 1) {
+		bad("NEAR_LIMIT_RATIO=%v: want a number from 0 to 1, such as 0.8", ratio)
+	}
+	on, _ := vals["USE_STATSD"].(bool)
+	if off, _ := vals["DISABLE_STATS"].(bool); off || !on {
+		return nil
+	}
+	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}}
+	host := str("STATSD_HOST")
+	if host == "" {
+		bad("STATSD_HOST is empty: want the statsd's host, such as localhost")
+	}
+	port, _ := vals["STATSD_PORT"].(int64)
+	if port < 1 || port > 65535 {
+		bad("STATSD_PORT=%d: want a port from 1 to 65535", port)
+	}
+	s.Addr = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	switch p := strings.ToLower(str("STATSD_PROTOCOL")); p {
+	case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6":
+		s.Protocol = p
+	default:
+		bad("STATSD_PROTOCOL=%q: want tcp or udp", str("STATSD_PROTOCOL"))
+	}
+	if s.FlushInterval, _ = vals["STATS_FLUSH_INTERVAL"].(time.Duration); s.FlushInterval <= 0 {
+		bad("STATS_FLUSH_INTERVAL=%v: want a positive duration such as 10s", s.FlushInterval)
+	}
+	// EXTRA_TAGS, as envconfig reads a map: tag:value pairs separated by
+	// commas.
+	if tags := str("EXTRA_TAGS"); tags != "" {
+		for _, pair := range strings.Split(tags, ",") {
+			k, v, ok := strings.Cut(pair, ":")
+			if !ok {
+				bad("EXTRA_TAGS=%q: %q is no tag:value; want tag:value pairs separated by commas, such as env:prod,team:edge", tags, pair)
+				continue
+			}
+			s.Tags[k] = v
+		}
+	}
+	return s
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

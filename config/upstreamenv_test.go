@@ -102,6 +102,23 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			return want(c.EnvoyRLS.Upstream.LogLevel+" "+c.EnvoyRLS.Upstream.LogFormat, "debug json")
 		}},
 		{[]string{"LOG_LEVEL=trace"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "debug") }},
+		// The statsd stats: upstream's defaults when USE_STATSD is true
+		// (upstreamBase sets it false), each variable as set.
+		{[]string{"USE_STATSD=true"}, func(c *config.Config) string {
+			sd := c.EnvoyRLS.Upstream.Statsd
+			if sd == nil {
+				return "USE_STATSD=true: no statsd"
+			}
+			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, len(sd.Tags)), "localhost:8125 tcp 10s 0.8 0")
+		}},
+		{[]string{"USE_STATSD=true", "STATSD_HOST=stats.local", "STATSD_PORT=9125", "STATSD_PROTOCOL=UDP", "STATS_FLUSH_INTERVAL=250ms", "NEAR_LIMIT_RATIO=0.5", "EXTRA_TAGS=env:prod,team:edge"}, func(c *config.Config) string {
+			sd := c.EnvoyRLS.Upstream.Statsd
+			if sd == nil {
+				return "no statsd"
+			}
+			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, sd.Tags), "stats.local:9125 udp 250ms 0.5 map[env:prod team:edge]")
+		}},
+		{[]string{"USE_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
 		{[]string{"LOG_LEVEL=fatal"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "error") }},
 		{[]string{"RUNTIME_APPDIRECTORY=config/nested"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "nested") }},
 		{[]string{"RUNTIME_WATCH_ROOT=false"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "config") }},
@@ -283,6 +300,7 @@ func otherValue(u config.UpstreamVar) string {
 
 func TestFromUpstreamEnvInvalid(t *testing.T) {
 	for _, tc := range []struct{ v, want string }{
+		// USE_STATSD=true first: upstreamBase turns the stats off.
 		{"PORT=http", "PORT=\"http\": want a whole number"},
 		{"PORT=70000", "PORT=70000: want a port"},
 		{"LOG_LEVEL=loud", "LOG_LEVEL=\"loud\""},
@@ -297,9 +315,19 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"REDIS_TLS_CACERT=/x.pem", "REDIS_TLS is not true"},
 		{"GRPC_SERVER_TLS_CERT=/x.pem", "GRPC_SERVER_USE_TLS is not true"},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED=yes", "want true or false"},
+		{"STATSD_PORT=0", "STATSD_PORT=0: want a port from 1 to 65535"},
+		{"STATSD_PORT=statsd", "STATSD_PORT=\"statsd\": want a whole number"},
+		{"STATSD_PROTOCOL=sctp", "STATSD_PROTOCOL=\"sctp\": want tcp or udp"},
+		{"STATSD_HOST=", "STATSD_HOST is empty"},
+		{"STATS_FLUSH_INTERVAL=0s", "STATS_FLUSH_INTERVAL=0s: want a positive duration"},
+		{"STATS_FLUSH_INTERVAL=soon", "STATS_FLUSH_INTERVAL=\"soon\": want a duration"},
+		{"EXTRA_TAGS=env", "EXTRA_TAGS=\"env\": \"env\" is no tag:value"},
+		{"NEAR_LIMIT_RATIO=1.5", "NEAR_LIMIT_RATIO=1.5: want a number from 0 to 1"},
+		{"NEAR_LIMIT_RATIO=most", "NEAR_LIMIT_RATIO=\"most\": want a number"},
+		{"USE_STATSD=yes", "USE_STATSD=\"yes\": want true or false"},
 	} {
 		env, _ := upstreamBase(t)
-		_, err := config.FromUpstreamEnv(append(env, tc.v))
+		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=true", tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v; want one containing %q", tc.v, err, tc.want)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/gateway"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 )
 
 const ratelimitDoc = `Usage: sluice ratelimit
@@ -24,7 +25,11 @@ configuration (logged, and counted in sluice_config_reloads_total).
 Counters live in the Redis of REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL
 (those of unit second in the REDIS_PERSECOND_ one with REDIS_PERSECOND=true).
 
-A variable sluice does not offer (statsd, memcache, xDS, tracing,
+envoyproxy/ratelimit's statsd counters (ratelimit.service.…) go to
+STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (tcp) every
+STATS_FLUSH_INTERVAL unless USE_STATSD=false or DISABLE_STATS=true.
+
+A variable sluice does not offer (DogStatsD, memcache, xDS, tracing,
 …) is refused at start when set to anything but its default, with what to
 use instead; docs/envoy.md lists every variable and what sluice does with
 it. Exit status: 2 when the environment or a descriptor file is invalid,
@@ -64,7 +69,23 @@ func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice ratelimit:", err)
 		return 2
 	}
-	g.SetLoader(load)
+	// USE_STATSD (true unless set false, as there): envoyproxy/ratelimit's
+	// stats, to STATSD_HOST:STATSD_PORT.
+	var stats *rlsstats.Stats
+	if sd := up.Statsd; sd != nil {
+		if stats, err = rlsstats.New(*sd, log); err != nil {
+			fmt.Fprintln(stderr, "sluice ratelimit:", err)
+			return 2
+		}
+		defer stats.Close()
+		stats.ConfigLoad(true)
+		g.SetStats(stats)
+	}
+	g.SetLoader(func() (*config.Config, error) {
+		c, err := load()
+		stats.ConfigLoad(err == nil)
+		return c, err
+	})
 	grpcAt := cfg.EnvoyRLS.Listen
 	if up.GRPCUnixSocket != "" {
 		grpcAt = "unix://" + up.GRPCUnixSocket

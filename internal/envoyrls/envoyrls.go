@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 )
 
 // Source returns what a call decides with: the envoy_rls section of the
@@ -64,6 +65,9 @@ type service struct {
 	source Source
 	log    *slog.Logger
 	now    func() time.Time
+	// stats: envoyproxy/ratelimit's statsd stats (`sluice ratelimit`
+	// with USE_STATSD); nil: none.
+	stats *rlsstats.Stats
 }
 
 // decision is what one descriptor of a call comes to.
@@ -71,10 +75,13 @@ type decision struct {
 	limit  *config.RLSLimit // nil: no limit applies
 	key    string
 	cost   int64
+	hits   int64 // the call's hits, for the stats: cost before spareWhenOver
 	res    sluice.Result
 	rules  *decide.Rules // the rules decided with, for the fields
 	over   bool          // over the limit (shadow and quota mode included)
 	failed bool          // the store failed and on_error decided
+	// storeErr: the store failed (on_error decided, open or closed).
+	storeErr bool
 	// override: the limit is the request's own (a descriptor limit
 	// override), decided by counting in config.RLSOverridePolicy.
 	override bool
@@ -84,10 +91,12 @@ type decision struct {
 func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	if req.GetDomain() == "" {
+		s.stats.ServiceError()
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	descs := req.GetDescriptors() // at most Options.MaxDescriptors, of MaxEntries each (Server.bound)
 	if len(descs) == 0 {
+		s.stats.ServiceError()
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	rls, lim := s.source()
@@ -101,6 +110,7 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for _, d := range descs {
 		l, key, override := match(top, d)
 		if override && l == nil {
+			s.stats.ServiceError()
 			return nil, status.Errorf(codes.InvalidArgument, "a descriptor limit override of unit %v; want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", d.GetLimit().GetUnit())
 		}
 		if l != nil && len(l.Replaces) > 0 {
@@ -111,7 +121,8 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				replaced[name] = true
 			}
 		}
-		ds = append(ds, decision{limit: l, key: key, cost: hitsAddend(req, d), override: override})
+		cost := hitsAddend(req, d)
+		ds = append(ds, decision{limit: l, key: key, cost: cost, hits: cost, override: override})
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
 	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a
@@ -173,6 +184,9 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if rls.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, ds, resp.Statuses)
+	}
+	if s.stats != nil {
+		s.record(rls, req, ds, resp)
 	}
 	asUpstream(rls.Upstream, resp)
 	return resp, nil
@@ -320,6 +334,7 @@ func (s *service) decide(ctx context.Context, core *decide.Core, d *decision) {
 	}
 	v := core.Decide(ctx, d.limit.Policy, decide.Attributes{Identity: d.key}, d.cost)
 	d.res, d.rules = v.Result, v.Rules
+	d.storeErr = v.Outcome == decide.FailedOpen || v.Outcome == decide.FailedClosed
 	switch v.Act {
 	case decide.Pass: // a shadow denial, or served open while the store fails
 		d.over = v.Outcome == decide.ShadowDenied

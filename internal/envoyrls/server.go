@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/connlimit"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 )
 
 // Options bounds what clients can hold of the gRPC listener, as the
@@ -82,6 +83,9 @@ type Options struct {
 	// TLS, when set, serves gRPC over TLS with it (its NextProtos must
 	// offer h2); nil: plain text.
 	TLS *tls.Config
+	// Stats, when set, counts the calls in envoyproxy/ratelimit's statsd
+	// stats (`sluice ratelimit`, USE_STATSD).
+	Stats *rlsstats.Stats
 }
 
 // StreamWorkersPerCPU is the default of Options.StreamWorkers per
@@ -159,7 +163,7 @@ func New(source Source, opts Options) *Server {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	s.grpc = grpc.NewServer(serverOpts...)
-	s.grpc.RegisterService(s.guarded(&rlsv3.RateLimitService_ServiceDesc), &service{source: source, log: opts.Logger, now: opts.Now})
+	s.grpc.RegisterService(s.guarded(&rlsv3.RateLimitService_ServiceDesc), &service{source: source, log: opts.Logger, now: opts.Now, stats: opts.Stats})
 	s.grpc.RegisterService(s.guarded(&healthpb.Health_ServiceDesc), s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 )
 
 // UpstreamServiceName is the name envoyproxy/ratelimit reports its health
@@ -37,8 +38,9 @@ const maxJSONBytes = 64 << 10
 // decides it, answered in the same form: 200 (OK), 429 (OVER_LIMIT), 400
 // for a request that does not read, that is over the listener's caps
 // (envoy_rls.max_descriptors, max_entries) or that the service refuses.
-func JSONHandler(source Source, log *slog.Logger) http.Handler {
-	svc := &service{source: source, log: log, now: time.Now}
+// stats, when not nil, counts the calls as the gRPC service's.
+func JSONHandler(source Source, log *slog.Logger, stats *rlsstats.Stats) http.Handler {
+	svc := &service{source: source, log: log, now: time.Now, stats: stats}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
 		var req rlsv3.RateLimitRequest

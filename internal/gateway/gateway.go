@@ -49,6 +49,7 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/resilient"
 )
@@ -78,6 +79,7 @@ type Gateway struct {
 	traffic, admin, decision       *http.Server
 	trafficLn, adminLn, decisionLn net.Listener
 	rls                            *envoyrls.Server // envoy_rls: the gRPC listener (nil: off)
+	rlsStats                       *rlsstats.Stats  // envoyproxy/ratelimit's statsd stats (SetStats; nil: none)
 	rlsLn                          net.Listener
 	tlsConfigs                     map[string]*tls.Config // by listener; absent: plain text (tls.go)
 
@@ -648,6 +650,7 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		Rejected:                func(reason string) { g.rejected("envoy_rls", reason) },
 		Logger:                  g.log,
 		TLS:                     g.TLS(config.ListenerEnvoyRLS),
+		Stats:                   g.rlsStats,
 	})
 	g.setRLS(rls)
 	go func() { errc <- rls.Serve(g.perAddress(g.rlsLn, cfg, "envoy_rls")) }()

@@ -5,12 +5,18 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/rlsstats"
 )
 
 // SetLoader makes reloads (SIGHUP, the file watch) read the configuration
 // with load instead of the file given to New: `sluice ratelimit` builds
 // it from the environment and the descriptor files. Call it before Serve.
 func (g *Gateway) SetLoader(load func() (*config.Config, error)) { g.load = load }
+
+// SetStats makes the rate limit service (gRPC and /json) count its calls
+// in envoyproxy/ratelimit's statsd stats (`sluice ratelimit`,
+// USE_STATSD). Call it before Serve.
+func (g *Gateway) SetStats(s *rlsstats.Stats) { g.rlsStats = s }
 
 func (g *Gateway) loadConfig() (*config.Config, error) {
 	if g.load != nil {
@@ -36,7 +42,7 @@ func (g *Gateway) trafficHandler(cfg *config.Config) http.Handler {
 		}
 		_, _ = w.Write([]byte("OK"))
 	})
-	mux.Handle("/json", envoyrls.JSONHandler(g.rlsSource, g.log))
+	mux.Handle("/json", envoyrls.JSONHandler(g.rlsSource, g.log, g.rlsStats))
 	return mux
 }
 

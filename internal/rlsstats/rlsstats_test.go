@@ -1,0 +1,229 @@
+package rlsstats
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// sink is a statsd listener of the test (udp), adding up the counters.
+type sink struct {
+	addr string
+	mu   sync.Mutex
+	sums map[string]uint64
+}
+
+func listen(t *testing.T) *sink {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	s := &sink{addr: pc.LocalAddr().String(), sums: map[string]uint64{}}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			sc := bufio.NewScanner(strings.NewReader(string(buf[:n])))
+			for sc.Scan() {
+				var name string
+				var v uint64
+				line := sc.Text()
+				i := strings.LastIndexByte(line, ':')
+				if i < 0 || !strings.HasSuffix(line, "|c") {
+					continue
+				}
+				name = line[:i]
+				if _, err := fmt.Sscanf(line[i+1:], "%d|c", &v); err != nil {
+					continue
+				}
+				s.mu.Lock()
+				s.sums[name] += v
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+// wait returns the sums once every name of want has its value, or what
+// came within a deadline generous for a busy machine.
+func (s *sink) wait(want map[string]uint64) map[string]uint64 {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		done := true
+		for k, v := range want {
+			if s.sums[k] != v {
+				done = false
+			}
+		}
+		got := make(map[string]uint64, len(s.sums))
+		for k, v := range s.sums {
+			got[k] = v
+		}
+		s.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func start(t *testing.T, s *sink, tags map[string]string) *Stats {
+	t.Helper()
+	st, err := New(config.Statsd{Addr: s.addr, Protocol: "udp", FlushInterval: 20 * time.Millisecond, Tags: tags, NearLimitRatio: 0.8},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// TestRecord: the hits of a decision land in the counters
+// envoyproxy/ratelimit's limiter counts them in.
+func TestRecord(t *testing.T) {
+	s := listen(t)
+	st := start(t, s, map[string]string{"env": "a.b"})
+	rls := &config.EnvoyRLS{}
+	l := &config.RLSLimit{StatsKey: "d.ip_10.0.0.1:80|x"}
+	lim := st.ForLimit(rls, l)
+	// A limit of 10, near past 8 (0.8): hits 1..7 within, then a call of
+	// 3 hits going from 7 to 10: all within, 2 of them near (9 and 10).
+	for i := int64(1); i <= 7; i++ {
+		st.Record(lim, 1, 10, i, false, false)
+	}
+	st.Record(lim, 3, 10, 10, false, false)
+	st.Record(lim, 2, 10, 10, true, true) // over, in shadow mode
+	st.Record(lim, 0, 10, 10, false, false)
+	st.ConfigLoad(true)
+	st.ConfigLoad(false)
+	st.RedisError()
+	st.ServiceError()
+	st.GlobalShadowMode()
+	st.DomainNotFound("gh:ost")
+	const k = "ratelimit.service.rate_limit.d.ip_10_0_0_1_80_x"
+	const tag = ".__env=a_b"
+	want := map[string]uint64{
+		k + ".total_hits" + tag:                                        12,
+		k + ".within_limit" + tag:                                      10,
+		k + ".near_limit" + tag:                                        2,
+		k + ".over_limit" + tag:                                        2,
+		k + ".shadow_mode" + tag:                                       2,
+		"ratelimit.service.config_load_success" + tag:                  1,
+		"ratelimit.service.config_load_error" + tag:                    1,
+		"ratelimit.service.call.should_rate_limit.redis_error" + tag:   1,
+		"ratelimit.service.call.should_rate_limit.service_error" + tag: 1,
+		"ratelimit.service.global_shadow_mode" + tag:                   1,
+		"ratelimit.service.rate_limit.gh_ost.domain_not_found" + tag:   1,
+	}
+	got := s.wait(want)
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s = %d; want %d", name, got[name], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d counters %v; want %d", len(got), got, len(want))
+	}
+}
+
+// TestNilStats: a nil *Stats (USE_STATSD=false) takes every call.
+func TestNilStats(t *testing.T) {
+	var st *Stats
+	l := st.ForLimit(&config.EnvoyRLS{}, &config.RLSLimit{StatsKey: "d.k"})
+	st.Record(l, 1, 1, 1, false, false)
+	st.Record(st.ForKey("d.k"), 1, 1, 1, true, true)
+	st.Hits(l, 1)
+	st.ConfigLoad(true)
+	st.RedisError()
+	st.ServiceError()
+	st.GlobalShadowMode()
+	st.DomainNotFound("x")
+	st.Flush()
+	st.Close()
+}
+
+// TestForLimitNoAlloc: a call finds a file's limit's counters and counts
+// in them without allocating; a new configuration gets its own.
+func TestForLimitNoAlloc(t *testing.T) {
+	st := start(t, listen(t), nil)
+	rls := &config.EnvoyRLS{}
+	l := &config.RLSLimit{StatsKey: "d.k"}
+	first := st.ForLimit(rls, l)
+	if n := testing.AllocsPerRun(1000, func() {
+		st.Record(st.ForLimit(rls, l), 1, 100, 1, false, false)
+	}); n != 0 {
+		t.Errorf("ForLimit and Record: %v allocations a call; want 0", n)
+	}
+	if st.ForLimit(rls, l) != first {
+		t.Error("ForLimit gave other counters for the same limit")
+	}
+	if st.ForLimit(&config.EnvoyRLS{}, l) == nil {
+		t.Error("ForLimit of a new configuration: nil")
+	}
+}
+
+// TestForKeyBounded: names made from requests' values stop at MaxDynamic;
+// one already known keeps counting.
+func TestForKeyBounded(t *testing.T) {
+	st := start(t, listen(t), nil)
+	st.maxDyn = 50 // MaxDynamic's 10,000 take long under -race
+	known := st.ForKey("d.known")
+	for i := range 150 {
+		st.ForKey(fmt.Sprintf("d.k%d", i))
+	}
+	if n := st.nDyn.Load(); n != st.maxDyn {
+		t.Errorf("%d dynamic names kept; want %d", n, st.maxDyn)
+	}
+	if st.ForKey("d.new") != nil {
+		t.Error("a new name past MaxDynamic got counters")
+	}
+	if st.ForKey("d.known") != known {
+		t.Error("a known name lost its counters past MaxDynamic")
+	}
+}
+
+// TestSanitize: ':' and '|' and the dots of an IPv4 address become '_',
+// as envoyproxy/ratelimit writes a stats key.
+func TestSanitize(t *testing.T) {
+	for in, want := range map[string]string{
+		"d.ip_10.0.0.1":       "d.ip_10_0_0_1",
+		"d.a:b|c.d":           "d.a_b_c.d",
+		"d.v_1.2.3":           "d.v_1.2.3",
+		"d.x_192.168.1.10.y":  "d.x_192_168_1_10.y",
+		"domain.path_/api/v1": "domain.path_/api/v1",
+	} {
+		if got := Sanitize(in); got != want {
+			t.Errorf("Sanitize(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+// TestNewRefuses: a bad address or flush interval is an error, not a
+// panic.
+func TestNewRefuses(t *testing.T) {
+	for _, s := range []config.Statsd{
+		{Addr: "nohostport", Protocol: "udp", FlushInterval: time.Second},
+		{Addr: "127.0.0.1:x", Protocol: "udp", FlushInterval: time.Second},
+		{Addr: "127.0.0.1:8125", Protocol: "udp"},
+	} {
+		if st, err := New(s, nil); err == nil {
+			st.Close()
+			t.Errorf("New(%+v): no error", s)
+		}
+	}
+}
