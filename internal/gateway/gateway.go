@@ -187,8 +187,9 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	}
 	// Policies with a lease: (config.Lease) take leases of raw's buckets.
 	leased := &leases{redis: raw}
+	jitter := counterJitter(cfg)
 	all, err := newRouter(leased, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn()})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn(), ExpiryJitter: jitter})
 	})
 	if err != nil {
 		_ = raw.Close()
@@ -198,7 +199,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	var store sluice.Store = all
 	closePerSecond := func() {}
 	if up := cfg.EnvoyRLS.Upstream; up != nil && up.PerSecond != nil {
-		ps, closePS, err := g.openPerSecond(*up.PerSecond)
+		ps, closePS, err := g.openPerSecond(*up.PerSecond, jitter)
 		if err != nil {
 			_ = all.Close()
 			_ = raw.Close()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
@@ -38,13 +39,13 @@ func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Polic
 
 // openPerSecond connects the per-second Redis of r and builds its store of
 // every algorithm, as openStore does the main one's; close closes both.
-func (g *Gateway) openPerSecond(r config.Redis) (sluice.Store, func(), error) {
+func (g *Gateway) openPerSecond(r config.Redis, jitter time.Duration) (sluice.Store, func(), error) {
 	client, raw, _, err := newRedisStore(r, g.log)
 	if err != nil {
 		return nil, nil, err
 	}
 	all, err := newRouter(raw, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn()})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn(), ExpiryJitter: jitter})
 	})
 	if err != nil {
 		_ = raw.Close()
@@ -77,4 +78,14 @@ func (pick routeStore) Inspect(ctx context.Context, req sluice.Request) ([]sluic
 		return ins.Inspect(ctx, req)
 	}
 	return nil, sluice.ErrNotInspectable
+}
+
+// counterJitter is the most added at random to the expiry of a counter of
+// envoyproxy/ratelimit's fixed window (EXPIRATION_JITTER_MAX_SECONDS of
+// `sluice ratelimit`); none otherwise.
+func counterJitter(cfg *config.Config) time.Duration {
+	if up := cfg.EnvoyRLS.Upstream; up != nil {
+		return up.ExpirationJitter
+	}
+	return 0
 }
