@@ -19,7 +19,9 @@
 // unlimited, shadow_mode, quota_mode, metadata, response headers and
 // dynamic metadata. Buckets are one per distinct list of entries, or per
 // wildcard under share_threshold, where envoyproxy/ratelimit's counter
-// names may merge two lists (docs/envoy.md). Two things need no store:
+// names may merge two lists (docs/envoy.md); under `sluice ratelimit` the
+// counters on Redis are named as there, merges included, so that the two
+// can share one Redis (match). Two things need no store:
 // unlimited, and requests_per_unit 0, which refuses every hit.
 package envoyrls
 
