@@ -23,6 +23,21 @@ import (
 // before a check is the total less the costs of the checks after it. A
 // batch of checks that take nothing reads the counter with GET.
 
+// CounterKey is the Redis key of the fixed window counter of a check of
+// sluice.Request.WindowKey windowKey under rule r at now: windowKey
+// followed by the start of r's window in Unix seconds.
+func CounterKey(windowKey string, r sluice.Rule, now time.Time) string {
+	_, key := counterKey(windowKey, window(r), now.UnixMicro())
+	return key
+}
+
+func counterKey(windowKey string, w, now int64) (start int64, key string) {
+	start = now - now%w
+	b := make([]byte, 0, len(windowKey)+12)
+	b = strconv.AppendInt(append(b, windowKey...), start/1e6, 10)
+	return start, string(b)
+}
+
 // counterOp makes o a check of the counter of key in the window of now,
 // by the store's clock.
 func (s *fixedWindowRedis) counterOp(o *fwOp, key string) {
@@ -31,11 +46,7 @@ func (s *fixedWindowRedis) counterOp(o *fwOp, key string) {
 		now = s.now()
 	}
 	o.now = now.UnixMicro()
-	w := window(o.rules[0])
-	o.start = o.now - o.now%w
-	b := make([]byte, 0, len(key)+12)
-	b = strconv.AppendInt(append(b, key...), o.start/1e6, 10)
-	o.counter = string(b)
+	o.start, o.counter = counterKey(key, window(o.rules[0]), o.now)
 }
 
 // splitCounters decides the counter ops of a batch, and the others

@@ -227,7 +227,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		Logger:       g.log,
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		opts.Scope = clusterScope(cc, raw)
+		opts.Scope, opts.ScopeOf = clusterScope(cc, raw), counterScope(cc)
 	}
 	rs := resilient.New(store, opts)
 	g.redisClient = client
