@@ -74,6 +74,17 @@ type Request struct {
 	// cost is then only denied).
 	CountDenied bool
 
+	// WindowKey, when set with CountDenied and one rule, asks the fixed
+	// window on Redis to count as envoyproxy/ratelimit's Redis cache does,
+	// so that the two can share one Redis and count together: a counter
+	// per window, named WindowKey followed by the window's start in Unix
+	// seconds (by the store's clock), raised by INCRBY and given an EXPIRE
+	// of the window's length (plus the store's jitter), both in one round
+	// trip. It names the Redis key itself, outside the store's prefix. Other
+	// stores, and a request of several rules, decide by Key as always;
+	// the answers are the same.
+	WindowKey string
+
 	// Algorithm names the rate limiting algorithm of the request's
 	// buckets (see package algo), for a store that serves several:
 	// algo.Router sends the request to the store of that algorithm. Empty

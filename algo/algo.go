@@ -100,6 +100,13 @@ type RedisOptions struct {
 	// zero means one second.
 	ExpiryMargin time.Duration
 
+	// ExpiryJitter, when positive, adds up to this much (whole seconds,
+	// drawn at random) to the expiry of a fixed window's counter of
+	// sluice.Request.WindowKey, as envoyproxy/ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS does, so that a window's keys do not
+	// all expire at once.
+	ExpiryJitter time.Duration
+
 	// Coalesce tunes the coalescing of concurrent checks of the token
 	// bucket and the fixed window (see redisstore.Coalesce), which is on
 	// unless DisableCoalescing is set; nil means its defaults. The other

@@ -44,10 +44,17 @@ type fixedWindowRedis struct {
 
 	bySlot   bool                   // a script call per Cluster slot: not known to be one server
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
+
+	// The counters of sluice.Request.WindowKey (fixedwindow_counter.go).
+	pipe   func() redis.Pipeliner // nil: the client cannot send them
+	jitter int64                  // RedisOptions.ExpiryJitter, in seconds
 }
 
 func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions, marginMs int64) *fixedWindowRedis {
-	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs}
+	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs, jitter: int64(opts.ExpiryJitter / time.Second)}
+	if c, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
+		s.pipe = c.Pipeline
+	}
 	switch c := client.(type) {
 	case *redis.Client: // one server (or a Sentinel's master): a batch is one call
 	case interface{ Pipeline() redis.Pipeliner }: // a Cluster, a ring, a wrapped client
@@ -61,7 +68,7 @@ func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions
 			c = *opts.Coalesce
 		}
 		s.batcher = coalesce.NewQueue(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight},
-			redisstore.ErrClosed, s.send, client, func(o fwOp) string { return s.Key(o.key) })
+			redisstore.ErrClosed, s.send, client, s.opKey)
 	}
 	return s
 }
@@ -72,6 +79,19 @@ type fwOp struct {
 	kind   string // "c" check, "d" check counting a denied cost, "a" adjust
 	amount int64  // cost, or delta when adjusting
 	rules  []sluice.Rule
+	// counter, when not empty, is the Redis key of a WindowKey check's
+	// counter (its window's start included); now is when it was made
+	// (Unix µs) and start its window's start.
+	counter    string
+	now, start int64
+}
+
+// opKey is the Redis key that o reads and writes.
+func (s *fixedWindowRedis) opKey(o fwOp) string {
+	if o.counter != "" {
+		return o.counter
+	}
+	return s.Key(o.key)
 }
 
 func (s *fixedWindowRedis) Algorithm() string { return FixedWindow }
@@ -96,6 +116,9 @@ func (s *fixedWindowRedis) Check(ctx context.Context, req sluice.Request) (sluic
 	o := fwOp{key: req.Key, kind: "c", amount: req.Cost, rules: req.Rules}
 	if req.CountDenied {
 		o.kind = "d"
+		if req.WindowKey != "" && len(req.Rules) == 1 {
+			s.counterOp(&o, req.WindowKey)
+		}
 	}
 	return s.run(ctx, o)
 }
@@ -127,11 +150,14 @@ func (s *fixedWindowRedis) sendGroup(ctx context.Context, ops []fwOp, res []slui
 // send decides a coalesced batch: one script call, or one per Cluster
 // slot, pipelined when the client can.
 func (s *fixedWindowRedis) send(ctx context.Context, ops []fwOp, res []sluice.Result, errs []error) {
+	if s.splitCounters(ctx, ops, res, errs) {
+		return
+	}
 	if !s.bySlot {
 		s.sendGroup(ctx, ops, res, errs)
 		return
 	}
-	groups := coalesce.BySlot(ops, func(o fwOp) uint16 { return redisstore.Slot(s.Key(o.key)) })
+	groups := coalesce.BySlot(ops, func(o fwOp) uint16 { return redisstore.Slot(s.opKey(o)) })
 	if len(groups) == 1 {
 		s.sendGroup(ctx, ops, res, errs)
 		return
@@ -170,6 +196,11 @@ func (s *fixedWindowRedis) send(ctx context.Context, ops []fwOp, res []sluice.Re
 // runBatch decides ops in one script call, in order, and writes their
 // results to res. On a Cluster their keys must share a slot.
 func (s *fixedWindowRedis) runBatch(ctx context.Context, ops []fwOp, res []sluice.Result) error {
+	if len(ops) == 1 && ops[0].counter != "" {
+		var errs [1]error
+		s.sendCounters(ctx, ops, res, errs[:])
+		return errs[0]
+	}
 	keys, nums := s.prepare(ops)
 	reply, err := fixedWindowScript.Run(ctx, s.client, keys, nums).Text()
 	return parseFixedWindow(reply, err, ops, res)

@@ -408,6 +408,7 @@ func (l *rlsLoader) overrides() {
 			Authenticated: []sluice.Rule{{Rate: float64(n) / float64(secs), Burst: n}},
 			Algorithm:     algo.FixedWindow,
 			CountDenied:   true,
+			WindowKey:     true,
 		}
 		p.OnError = l.v.c.Store.onError
 		l.policies = append(l.policies, p)
@@ -636,6 +637,9 @@ func (l *rlsLoader) limit(dp, name string, d *rlsDescriptor) *RLSLimit {
 		Authenticated: []sluice.Rule{rule},
 		Shadow:        d.ShadowMode || d.QuotaMode,
 		CountDenied:   lim.Counted,
+		// Its counters on Redis are envoyproxy/ratelimit's, named by the
+		// service (package envoyrls), so that the two can share a Redis.
+		WindowKey: lim.Counted,
 	}
 	if alg != algo.TokenBucket {
 		p.Algorithm = alg

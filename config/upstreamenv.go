@@ -55,6 +55,11 @@ type Upstream struct {
 	// GRPCUnixSocket: GRPC_UDS, the unix socket path gRPC is served on
 	// instead of EnvoyRLS.Listen; empty: TCP.
 	GRPCUnixSocket string
+	// CacheKeyPrefix: CACHE_KEY_PREFIX, which starts the Redis key of every
+	// counter; ExpirationJitter: EXPIRATION_JITTER_MAX_SECONDS, the most
+	// added at random to a counter's expiry.
+	CacheKeyPrefix   string
+	ExpirationJitter time.Duration
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -182,10 +187,10 @@ var UpstreamVars = []UpstreamVar{
 	honour("RUNTIME_APPDIRECTORY", "config", 's', "see RUNTIME_ROOT"),
 	honour("RUNTIME_IGNOREDOTFILES", "false", 'b', "skip files and directories whose names start with a dot"),
 	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
-	accept("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "spreads key expiry there; sluice's keys expire with their window, answers unchanged"),
+	honour("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "up to this many seconds, at random, added to a counter's expiry, as there"),
 	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes (at least 512 KiB, as there), each key costing 200 bytes and its length"),
 	honour("NEAR_LIMIT_RATIO", "0.8", 'f', "the share of a limit past which hits count in the near_limit stat; no effect on answers"),
-	accept("CACHE_KEY_PREFIX", "", 's', "sluice's Redis keys are its own (every window starts afresh at the switch)"),
+	honour("CACHE_KEY_PREFIX", "", 's', "starts the name of every counter, as there: sluice's counters are envoyproxy/ratelimit's, so the two can share one Redis"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
 	honour("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", 'b', "true: as there, the counts are read first, and when a descriptor of a call would go over its limit only those over count the hits, the call takes nothing of the limits it passes (fixed-window limits; a sluice algorithm counts no refused hit anyway)"),
 	honour("LIMIT_RESPONSE_HEADERS_ENABLED", "false", 'b', "true: the limit, what remains and the seconds until reset in response_headers_to_add, named by LIMIT_*_HEADER (envoy_rls.response_headers: envoyproxy); false: no headers (none)"),
@@ -391,6 +396,8 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	up.QuotaMode = boolean("QUOTA_MODE")
 	up.StopIncrementWhenOver = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	up.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	up.CacheKeyPrefix = str("CACHE_KEY_PREFIX")
+	up.ExpirationJitter = time.Duration(max(0, num("EXPIRATION_JITTER_MAX_SECONDS"))) * time.Second
 
 	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
 	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.

@@ -171,6 +171,10 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			s := c.Store.Redis.Sentinel
 			return want(s.Username+"/"+s.Password.Reveal()+" "+c.Store.Redis.Password.Reveal(), "sentry/pw ")
 		}},
+		{[]string{"CACHE_KEY_PREFIX=rl:", "EXPIRATION_JITTER_MAX_SECONDS=7"}, func(c *config.Config) string {
+			up := c.EnvoyRLS.Upstream
+			return want(fmt.Sprint(up.CacheKeyPrefix, " ", up.ExpirationJitter), "rl: 7s")
+		}},
 		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=unix", "REDIS_PERSECOND_URL=/run/ps.sock"}, func(c *config.Config) string {
 			ps := c.EnvoyRLS.Upstream.PerSecond
 			if ps == nil {

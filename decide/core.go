@@ -266,6 +266,9 @@ func (c *Core) decide(ctx context.Context, p *Compiled, s *Subject) Verdict {
 		return v
 	}
 	v.Request = sluice.Request{Key: kb.String(), Cost: s.Cost, Rules: v.Rules.Rules, MaxDelay: p.MaxDelay, CountDenied: p.CountDenied}
+	if p.WindowKey {
+		v.Request.WindowKey = s.ID
+	}
 	if p.Shadow {
 		v.Request.MaxDelay = 0 // a shadow policy never holds a request either
 	}

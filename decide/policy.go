@@ -92,6 +92,14 @@ type Policy struct {
 	// window. It needs Algorithm "fixed_window".
 	CountDenied bool
 
+	// WindowKey: the caller's identity (Attributes.Identity) also names
+	// its counters on Redis, verbatim (sluice.Request.WindowKey): the
+	// Envoy service's envoyproxy/ratelimit-compatible limits, whose
+	// counters a Redis shared with envoyproxy/ratelimit holds under the
+	// same names. It needs CountDenied and one rule; Core.Adjust does not
+	// carry it (no front door adjusts such a policy).
+	WindowKey bool
+
 	// Lease, when set, asks for leases of each key's tokens: every store
 	// call of the policy carries it in sluice.Request.Lease, for a store
 	// that leases (the gateway's on Redis, redisstore.Leased).
@@ -199,6 +207,9 @@ func newRules(p *Policy, class Class, rules []sluice.Rule) (Rules, error) {
 	}
 	if p.CountDenied && p.Algorithm != "fixed_window" {
 		return Rules{}, fmt.Errorf("httplimit: policy %q: CountDenied is for the fixed window; algorithm %q counts no denied request", p.Name, p.Algorithm)
+	}
+	if p.WindowKey && (!p.CountDenied || len(rules) != 1) {
+		return Rules{}, fmt.Errorf("httplimit: policy %q: WindowKey is for the fixed window that counts denied requests (CountDenied), of one rule", p.Name)
 	}
 	if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Period != sluice.Rolling }); i >= 0 && p.Algorithm != "" && p.Algorithm != "token_bucket" {
 		return Rules{}, fmt.Errorf("httplimit: policy %q: rule %d is a calendar quota, which algorithm %s knows not; want the token bucket (Algorithm \"\")", p.Name, i, p.Algorithm)

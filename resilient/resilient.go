@@ -236,6 +236,12 @@ type Options struct {
 	// name for the life of the Store. Nil: one breaker for the store.
 	Scope func(key string) string
 
+	// ScopeOf, when set, names the part of the store that a check reads,
+	// in place of Scope(req.Key), for a check whose data is not under its
+	// Key (a fixed window counter of sluice.Request.WindowKey, named by
+	// itself); "" leaves it to Scope. The same small set of names.
+	ScopeOf func(req *sluice.Request) string
+
 	// Instances is the expected number of processes sharing the store;
 	// the Local policy divides rates and bursts by it. Zero means 1.
 	Instances int
@@ -304,6 +310,7 @@ type Store struct {
 	handoff    chan *job     // to a parked worker (call.go)
 	classify   func(error) Reason
 	scope      func(string) string
+	scopeOf    func(*sluice.Request) string
 	start      time.Time // the origin of the monotonic clock
 	breaker    breaker   // the one breaker, without Scope
 	scoped     sync.Map  // scope name → *breaker, with Scope
@@ -338,6 +345,7 @@ func New(primary sluice.Store, opts Options) *Store {
 		queueWait:  opts.QueueWait,
 		classify:   opts.Classify,
 		scope:      opts.Scope,
+		scopeOf:    opts.ScopeOf,
 		start:      time.Now(),
 		onDecision: opts.OnDecision,
 	}
@@ -411,12 +419,26 @@ func (s *Store) newBreaker(scope string) breaker {
 		scope: scope, onChange: s.stateChanged}
 }
 
+// breakerOf returns the breaker of the part of the store that req reads.
+func (s *Store) breakerOf(req *sluice.Request) *breaker {
+	if s.scope != nil && s.scopeOf != nil {
+		if name := s.scopeOf(req); name != "" {
+			return s.breakerNamed(name)
+		}
+	}
+	return s.breakerFor(req.Key)
+}
+
 // breakerFor returns the breaker of the part of the store that holds key.
 func (s *Store) breakerFor(key string) *breaker {
 	if s.scope == nil {
 		return &s.breaker
 	}
-	name := s.scope(key)
+	return s.breakerNamed(s.scope(key))
+}
+
+// breakerNamed returns the breaker of the part of the store named name.
+func (s *Store) breakerNamed(name string) *breaker {
 	if b, ok := s.scoped.Load(name); ok {
 		b := b.(*breaker)
 		if !b.touched.Load() {
@@ -476,7 +498,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 			s.denials.forget(req.Key, req.Rules) // the policy decides, not a lease
 		}
 	}
-	b := s.breakerFor(req.Key)
+	b := s.breakerOf(&req)
 	probe, ok := b.allow(now)
 	if !ok {
 		forget()

@@ -19,7 +19,9 @@
 // unlimited, shadow_mode, quota_mode, metadata, response headers and
 // dynamic metadata. Buckets are one per distinct list of entries, or per
 // wildcard under share_threshold, where envoyproxy/ratelimit's counter
-// names may merge two lists (docs/envoy.md). Two things need no store:
+// names may merge two lists (docs/envoy.md); under `sluice ratelimit` the
+// counters on Redis are named as there, merges included, so that the two
+// can share one Redis (match). Two things need no store:
 // unlimited, and requests_per_unit 0, which refuses every hit.
 package envoyrls
 
@@ -107,8 +109,12 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		ds = make([]decision, 0, len(descs))
 	}
 	var replaced map[string]bool
+	names := counterNames{domain: req.GetDomain()}
+	if rls.Upstream != nil {
+		names.upstream, names.prefix = true, rls.Upstream.CacheKeyPrefix
+	}
 	for _, d := range descs {
-		l, key, override := match(top, d)
+		l, key, override := match(top, d, names)
 		if override && l == nil {
 			s.stats.ServiceError()
 			return nil, status.Errorf(codes.InvalidArgument, "a descriptor limit override of unit %v; want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", d.GetLimit().GetUnit())
@@ -243,32 +249,72 @@ func overrideOutcome(d *decision) {
 	d.res.Limit, d.res.Remaining = n, max(0, n-count)
 }
 
+// counterNames say how a descriptor's key is written (match): as
+// envoyproxy/ratelimit names its counters under `sluice ratelimit`
+// (upstream), else sluice's own way.
+type counterNames struct {
+	upstream bool
+	prefix   string // CACHE_KEY_PREFIX
+	domain   string
+}
+
+// start begins a key.
+func (n counterNames) start(b []byte) []byte {
+	if n.upstream {
+		return append(append(append(b, n.prefix...), n.domain...), '_')
+	}
+	return appendPart(append(b, "sluice:rls:"...), n.domain)
+}
+
+// entry adds an entry's key and value to a key.
+func (n counterNames) entry(b []byte, key, value string) []byte {
+	if n.upstream {
+		return append(append(append(append(b, key...), '_'), value...), '_')
+	}
+	return appendPart(appendPart(b, key), value)
+}
+
+// end closes a key of the limit of policy.
+func (n counterNames) end(b []byte, policy string) []byte {
+	if n.upstream {
+		return b
+	}
+	return append(appendPart(b, policy), ':')
+}
+
 // match finds the limit of descriptor d in the domain's tree top as
-// envoyproxy/ratelimit does, and the key of its bucket: every entry's key
-// and value (or the wildcard value under share_threshold), each
-// length-prefixed so that no two lists of entries share a key. A
-// descriptor that carries its own limit (Envoy's descriptor limit
-// override) takes it in a domain that has a file, whatever the file says,
-// as there; override reports that.
-func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (limit *config.RLSLimit, key string, override bool) {
+// envoyproxy/ratelimit does, and the key of its bucket, which also names
+// its counters on Redis (decide.Policy.WindowKey; the store adds the
+// window's start): the domain, every entry's key and value (or the
+// wildcard value under share_threshold). Under `sluice ratelimit` the key
+// is envoyproxy/ratelimit's counter name (CACHE_KEY_PREFIX, the domain,
+// then each key and value, every one followed by '_'), so that the two
+// can share one Redis and count together; it merges what that name
+// merges (docs/envoy.md). Otherwise each part is length-prefixed and the
+// limit's policy closes the key, so that no two lists of entries, and no
+// two limits, share a counter. A descriptor that carries its own limit
+// (Envoy's descriptor limit override) takes it in a domain that has a
+// file, whatever the file says, as there; override reports that.
+func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor, names counterNames) (limit *config.RLSLimit, key string, override bool) {
 	if top == nil {
 		return nil, "", false
 	}
 	entries := d.GetEntries()
-	var kb [128]byte
+	var kb [160]byte
 	if o := d.GetLimit(); o != nil {
 		unit := o.GetUnit().String()
 		secs := unitSeconds[unit]
 		if secs == 0 {
 			return nil, "", true // refused by the caller
 		}
-		k := kb[:0]
+		k := names.start(kb[:0])
 		for _, e := range entries {
-			k = appendPart(appendPart(k, e.GetKey()), e.GetValue())
+			k = names.entry(k, e.GetKey(), e.GetValue())
 		}
-		return &config.RLSLimit{Policy: config.RLSOverridePolicy(unit), Unit: unit, UnitSeconds: secs, RequestsPerUnit: o.GetRequestsPerUnit(), Counted: true}, string(k), true
+		policy := config.RLSOverridePolicy(unit)
+		return &config.RLSLimit{Policy: policy, Unit: unit, UnitSeconds: secs, RequestsPerUnit: o.GetRequestsPerUnit(), Counted: true}, string(names.end(k, policy)), true
 	}
-	k := kb[:0]
+	k := names.start(kb[:0])
 	var fb [128]byte
 	node := top
 	for i, e := range entries {
@@ -286,7 +332,7 @@ func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (limit
 		if wild && next.Shared != "" {
 			value = next.Shared
 		}
-		k = appendPart(appendPart(k, e.GetKey()), value)
+		k = names.entry(k, e.GetKey(), value)
 		if next != nil && next.Limit != nil && i == len(entries)-1 {
 			limit = next.Limit
 		}
@@ -298,7 +344,7 @@ func match(top *config.RLSDescriptor, d *ratelimitv3.RateLimitDescriptor) (limit
 	if limit == nil {
 		return nil, "", false
 	}
-	return limit, string(k), false
+	return limit, string(names.end(k, limit.Policy)), false
 }
 
 // unitSeconds is the length of each unit of a descriptor limit override.

@@ -362,7 +362,8 @@ func header(h []*corev3.HeaderValue, name string) string {
 }
 
 // A refused hit of envoyproxy/ratelimit's window is counted by the call
-// that refuses it: one script call on Redis, not a second to count it.
+// that refuses it: one INCRBY (and its EXPIRE) on Redis, pipelined, as
+// there, and no script.
 func TestRefusedHitIsOneStoreCall(t *testing.T) {
 	srv := redistest.Start(t)
 	s := serve(t, "store: {type: redis, redis: {url: \""+srv.URL()+"\", timeout: 2s, coalesce: false}}\n", map[string]string{"test.yaml": testDomain})
@@ -373,8 +374,8 @@ func TestRefusedHitIsOneStoreCall(t *testing.T) {
 	srv.ResetStats(t)
 	expect(t, "frank, 4th", s.one(t, "test", desc("user", "frank")), over, 0)
 	stats := srv.CommandStats(t)
-	if calls := stats["evalsha"].Calls + stats["eval"].Calls; calls != 1 {
-		t.Fatalf("a refused hit took %d script calls, want 1 (%v)", calls, stats)
+	if stats["incrby"].Calls != 1 || stats["expire"].Calls != 1 || stats["evalsha"].Calls+stats["eval"].Calls+stats["get"].Calls != 0 {
+		t.Fatalf("a refused hit took %v, want one INCRBY and one EXPIRE", stats)
 	}
 	expect(t, "frank, 5th", s.one(t, "test", desc("user", "frank")), over, 0)
 }

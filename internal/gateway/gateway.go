@@ -189,8 +189,9 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	}
 	// Policies with a lease: (config.Lease) take leases of raw's buckets.
 	leased := &leases{redis: raw}
+	jitter := counterJitter(cfg)
 	all, err := newRouter(leased, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn()})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn(), ExpiryJitter: jitter})
 	})
 	if err != nil {
 		_ = raw.Close()
@@ -216,7 +217,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		Logger:       g.log,
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		opts.Scope = clusterScope(cc, raw)
+		opts.Scope, opts.ScopeOf = clusterScope(cc, raw), counterScope(cc)
 	}
 	up := cfg.EnvoyRLS.Upstream
 	if up != nil {
@@ -240,7 +241,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		// The per-second Redis has a resilient layer of its own (its
 		// breaker, denial cache and local buckets): when one Redis
 		// fails, the limits of the other are still decided by theirs.
-		ps, closePS, err := g.openPerSecond(*up.PerSecond, opts)
+		ps, closePS, err := g.openPerSecond(*up.PerSecond, opts, jitter)
 		if err != nil {
 			_ = rs.Close()
 			_ = all.Close()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -42,27 +43,27 @@ func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Polic
 }
 
 // openPerSecond connects the per-second Redis of r and builds its store of
-// every algorithm, as openStore does the main one's, behind a resilient
-// layer of its own with the main one's options (opts) but for r's
-// deadline and cluster scope; its metrics are the main layer's with the
-// prefix persecond_. It adds the Redis to the probes of /readyz; close
-// closes what it opened.
-func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options) (sluice.Store, func(), error) {
+// every algorithm, as openStore does the main one's (its counters' expiry
+// jittered by jitter), behind a resilient layer of its own with the main
+// one's options (opts) but for r's deadline and cluster scope; its metrics
+// are the main layer's with the prefix persecond_. It adds the Redis to
+// the probes of /readyz; close closes what it opened.
+func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter time.Duration) (sluice.Store, func(), error) {
 	client, raw, eviction, err := newRedisStore(r, g.log)
 	if err != nil {
 		return nil, nil, err
 	}
 	all, err := newRouter(raw, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn()})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn(), ExpiryJitter: jitter})
 	})
 	if err != nil {
 		_ = raw.Close()
 		_ = client.Close()
 		return nil, nil, err
 	}
-	opts.Timeout, opts.MaxWait, opts.Scope = r.Timeout, redisMaxWait(r), nil
+	opts.Timeout, opts.MaxWait, opts.Scope, opts.ScopeOf = r.Timeout, redisMaxWait(r), nil, nil
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		opts.Scope = clusterScope(cc, raw)
+		opts.Scope, opts.ScopeOf = clusterScope(cc, raw), counterScope(cc)
 	}
 	if opts.Registerer != nil {
 		opts.Registerer = prometheus.WrapRegistererWithPrefix("persecond_", opts.Registerer)
@@ -96,4 +97,14 @@ func (pick routeStore) Inspect(ctx context.Context, req sluice.Request) ([]sluic
 		return ins.Inspect(ctx, req)
 	}
 	return nil, sluice.ErrNotInspectable
+}
+
+// counterJitter is the most added at random to the expiry of a counter of
+// envoyproxy/ratelimit's fixed window (EXPIRATION_JITTER_MAX_SECONDS of
+// `sluice ratelimit`); none otherwise.
+func counterJitter(cfg *config.Config) time.Duration {
+	if up := cfg.EnvoyRLS.Upstream; up != nil {
+		return up.ExpirationJitter
+	}
+	return 0
 }

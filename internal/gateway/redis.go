@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/redisstore"
@@ -155,6 +157,23 @@ func clusterScope(cc *redis.ClusterClient, store *redisstore.Store) func(string)
 	master := coalesce.ClusterMaster(cc)
 	return func(key string) string {
 		if m := master(store.Key(key)); m != "" {
+			return m
+		}
+		return "unknown"
+	}
+}
+
+// counterScope names the Cluster master of the counter that a fixed
+// window check of sluice.Request.WindowKey reads (its own Redis key, a
+// window's start in it, algo.CounterKey), as clusterScope does a bucket's;
+// "" for any other check.
+func counterScope(cc *redis.ClusterClient) func(*sluice.Request) string {
+	master := coalesce.ClusterMaster(cc)
+	return func(req *sluice.Request) string {
+		if req.WindowKey == "" || !req.CountDenied || len(req.Rules) != 1 {
+			return ""
+		}
+		if m := master(algo.CounterKey(req.WindowKey, req.Rules[0], time.Now())); m != "" {
 			return m
 		}
 		return "unknown"

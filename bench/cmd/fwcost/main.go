@@ -1,9 +1,12 @@
 // Command fwcost measures the Redis CPU of a fixed-window decision: the
 // usec of INFO commandstats (EVALSHA for sluice's script, which includes the
 // commands it calls; INCRBY + EXPIRE for envoyproxy/ratelimit's pipelined
-// pair) divided by the decisions, at 1 and 32 callers, on one hot key and
-// on 100,000 keys, against a redis-server already running at -addr (it is
-// flushed).
+// pair, and for sluice's counters of sluice.Request.WindowKey, the Envoy
+// service's) divided by the decisions, at 1 and 32 callers, on one hot key
+// and on 100,000 keys, against a redis-server already running at -addr (it
+// is flushed). sluice is the generic fixed window (its script), sluice-rls
+// the Envoy service's (a counter per window, coalesced), envoy
+// envoyproxy/ratelimit's pair of commands, one call at a time.
 //
 //	redis-server --port 6399 --save "" --appendonly no &
 //	cd bench && go run ./cmd/fwcost -addr 127.0.0.1:6399 -n 30000
@@ -39,7 +42,7 @@ func stats(c *redis.Client) (usec float64, calls map[string]float64) {
 			v, _ := strconv.ParseFloat(kv[1], 64)
 			switch kv[0] {
 			case "usec":
-				if name == "evalsha" || name == "eval" || name == "incrby" || name == "expire" {
+				if name == "evalsha" || name == "eval" || name == "incrby" || name == "expire" || name == "get" {
 					usec += v
 				}
 			case "calls":
@@ -74,12 +77,16 @@ func main() {
 		_, err := fw.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
 		return err
 	}
+	rls := func(key string) error {
+		_, err := fw.Check(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules, CountDenied: true, WindowKey: "domain_" + key + "_"})
+		return err
+	}
 	for _, keys := range []int{1, 100000} {
 		for _, callers := range []int{1, 32} {
 			for _, l := range []struct {
 				name string
 				f    func(string) error
-			}{{"sluice", sl}, {"envoy", envoy}} {
+			}{{"sluice", sl}, {"sluice-rls", rls}, {"envoy", envoy}} {
 				c.FlushAll(ctx)
 				_ = sl("warm") // the script loaded
 				c.ConfigResetStat(ctx)
@@ -96,7 +103,7 @@ func main() {
 				}
 				wg.Wait()
 				usec, calls := stats(c)
-				fmt.Printf("keys=%-6d callers=%-2d %-6s %6.2f µs/decision  get %.2f set %.2f evalsha %.3f incrby %.2f expire %.2f per decision\n",
+				fmt.Printf("keys=%-6d callers=%-2d %-10s %6.2f µs/decision  get %.2f set %.2f evalsha %.3f incrby %.2f expire %.2f per decision\n",
 					keys, callers, l.name, usec/float64(*n), calls["get"]/float64(*n), calls["set"]/float64(*n), calls["evalsha"]/float64(*n), calls["incrby"]/float64(*n), calls["expire"]/float64(*n))
 			}
 		}

@@ -1,0 +1,154 @@
+package algo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
+)
+
+// A coalesced batch of WindowKey checks (keys repeated, script checks
+// mixed in, on one server and on a Cluster) answers exactly as the
+// in-memory fixed window does taking them one after the other, and keeps
+// its counts where envoyproxy/ratelimit does: WindowKey followed by the
+// window's start in Unix seconds, with an expiry.
+func TestFixedWindowCountersAgreeWithMemory(t *testing.T) {
+	clients := map[string]redis.Scripter{"server": redistest.Start(t).Client(t)}
+	if !testing.Short() {
+		clients["cluster"] = redistest.StartCluster(t, 3, 0).Client(t)
+	}
+	rules := [][]sluice.Rule{{{Rate: 1, Burst: 3}}, {{Rate: 7.0 / 60, Burst: 7}}, {{Rate: 10, Burst: 20}, {Rate: 100.0 / 60, Burst: 30}}}
+	for name, client := range clients {
+		t.Run(name, func(t *testing.T) {
+			c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			ms, _ := Memory(FixedWindow, MemoryOptions{Now: c.Now, SweepInterval: -1})
+			defer ms.Close()
+			rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, Prefix: "ctr:", ExpiryJitter: 5 * time.Second})
+			defer rs.Close()
+			s := rs.(*fixedWindowRedis)
+			rng := rand.New(rand.NewPCG(5, 6))
+			var denied, counters int
+			for step := range 200 {
+				c.AdvanceMicros(rng.Int64N(700_000))
+				reqs := make([]sluice.Request, 1+rng.IntN(40))
+				ops := make([]fwOp, len(reqs))
+				for i := range reqs {
+					k := rng.IntN(9)
+					r := sluice.Request{Key: fmt.Sprint("user-", k), Cost: rng.Int64N(3), Rules: rules[k%3], CountDenied: k%3 != 2 || rng.IntN(2) == 0}
+					if r.CountDenied && rng.IntN(4) == 0 {
+						r.Cost = rng.Int64N(9)
+					}
+					ops[i] = fwOp{key: r.Key, kind: "c", amount: r.Cost, rules: r.Rules}
+					if r.CountDenied {
+						ops[i].kind = "d"
+						if len(r.Rules) == 1 {
+							r.WindowKey = fmt.Sprintf("ctr_k_%d_", k)
+							s.counterOp(&ops[i], r.WindowKey)
+							counters++
+						}
+					}
+					reqs[i] = r
+				}
+				res, errs := make([]sluice.Result, len(ops)), make([]error, len(ops))
+				s.send(ctx, ops, res, errs)
+				for i, r := range reqs {
+					want, err := ms.Check(ctx, r)
+					if err != nil || errs[i] != nil {
+						t.Fatalf("step %d op %d: errors: memory %v, redis %v", step, i, err, errs[i])
+					}
+					if res[i] != want {
+						t.Fatalf("step %d op %d %+v:\nredis  %+v\nmemory %+v", step, i, r, res[i], want)
+					}
+					if !want.Allowed {
+						denied++
+					}
+					if r.WindowKey == "" || r.Cost == 0 {
+						continue
+					}
+					secs := window(r.Rules[0]) / 1e6
+					key := fmt.Sprint(r.WindowKey, c.Now().Unix()/secs*secs)
+					if ttl := client.(redis.Cmdable).TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Duration(secs+5)*time.Second {
+						t.Fatalf("step %d op %d: counter %q: TTL %v, want up to %ds", step, i, key, ttl, secs+5)
+					}
+				}
+			}
+			if denied == 0 || counters == 0 {
+				t.Fatalf("no denial (%d) or no counter (%d)", denied, counters)
+			}
+		})
+	}
+}
+
+// A batch of WindowKey checks costs Redis one INCRBY and one EXPIRE per
+// counter, however many checks name it, and nothing else; a lone check
+// is those two commands, and one of cost 0 a GET.
+func TestFixedWindowCounterCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC))
+	rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, DisableCoalescing: true})
+	defer rs.Close()
+	s := rs.(*fixedWindowRedis)
+	rules := []sluice.Rule{{Rate: 25.0 / 60, Burst: 25}}
+	op := func(key string, cost int64) fwOp {
+		o := fwOp{key: key, kind: "d", amount: cost, rules: rules}
+		s.counterOp(&o, key+"_")
+		return o
+	}
+	var ops []fwOp
+	for i := range 30 {
+		ops = append(ops, op("hot", 1))
+		if i%3 == 0 {
+			ops = append(ops, op("warm", 1))
+		}
+	}
+	stats := func() string {
+		t.Helper()
+		st, err := client.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := make([]sluice.Result, len(ops)), make([]error, len(ops))
+	s.send(ctx, ops, res, errs)
+	admitted := map[string]int{}
+	for i, o := range ops {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if res[i].Allowed {
+			admitted[o.key]++
+		}
+	}
+	if admitted["hot"] != 25 || admitted["warm"] != 10 {
+		t.Fatalf("admitted %v, want hot 25 (the limit) and warm 10", admitted)
+	}
+	st := stats()
+	for _, cmd := range []string{"incrby", "expire"} {
+		if !strings.Contains(st, "cmdstat_"+cmd+":calls=2,") {
+			t.Errorf("want 2 calls of %s (one per counter) for a batch of %d checks on 2 keys:\n%s", cmd, len(ops), st)
+		}
+	}
+	if n := client.Get(ctx, "hot_1772366400").Val(); n != "30" {
+		t.Errorf("counter hot_1772366400 = %q, want 30 (every hit, refused ones too)", n)
+	}
+	_ = client.ConfigResetStat(ctx).Err()
+	r, err := rs.Check(ctx, sluice.Request{Key: "x", Cost: 0, Rules: rules, CountDenied: true, WindowKey: "hot_"})
+	if err != nil || r.Allowed || r.Remaining != 0 {
+		t.Fatalf("a check of cost 0 on hot: %+v, %v; want refused (30 > 25), nothing remaining", r, err)
+	}
+	if st := stats(); !strings.Contains(st, "cmdstat_get:calls=1,") || strings.Contains(st, "incrby") {
+		t.Errorf("a check of cost 0: want one GET and no INCRBY:\n%s", st)
+	}
+}
