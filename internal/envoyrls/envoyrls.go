@@ -336,17 +336,23 @@ func (s *service) decide(ctx context.Context, core *decide.Core, d *decision) {
 // status is the DescriptorStatus of a decided descriptor.
 func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus {
 	l := d.limit
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:         rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: unitOf(l.Unit)},
-	}
+	// The status, its limit and its duration in one allocation.
+	m := &struct {
+		st    rlsv3.RateLimitResponse_DescriptorStatus
+		limit rlsv3.RateLimitResponse_RateLimit
+		reset durationpb.Duration
+	}{}
+	m.limit.Name, m.limit.RequestsPerUnit, m.limit.Unit = l.Name, l.RequestsPerUnit, unitOf(l.Unit)
+	st := &m.st
+	st.Code, st.CurrentLimit = rlsv3.RateLimitResponse_OK, &m.limit
 	if !d.over {
 		st.LimitRemaining = uint32(min(max(0, d.res.Remaining), math.MaxUint32))
 	}
 	if d.over && !l.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	st.DurationUntilReset = &durationpb.Duration{Seconds: s.resetSeconds(d)}
+	m.reset.Seconds = s.resetSeconds(d)
+	st.DurationUntilReset = &m.reset
 	return st
 }
 
