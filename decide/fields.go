@@ -13,6 +13,9 @@ import (
 // that depend only on a rule set: a front door renders a response's fields
 // from them and a Verdict's Result, whatever its protocol.
 
+// Field is one response field: its canonical name and its value.
+type Field struct{ Name, Value string }
+
 // QuotaFields are the RateLimit field values of a rule set that depend only
 // on its rules, rendered once when a policy is compiled.
 //

@@ -48,3 +48,21 @@ func (l *Limiter) FieldsOf(rules *decide.Rules, res sluice.Result, elapsed time.
 	l.putHeaders(h, rules, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
 	return h
 }
+
+// AppendFields appends to dst the fields FieldsOf returns, each as its
+// canonical name and its value, in the order RateLimit-Limit,
+// RateLimit-Remaining, RateLimit-Reset, RateLimit-Policy, RateLimit,
+// X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset,
+// Retry-After: FieldsOf without a map, for a front door that copies the
+// fields into a list of its own (Envoy's response_headers_to_add).
+func (l *Limiter) AppendFields(dst []decide.Field, rules *decide.Rules, res sluice.Result, elapsed time.Duration) []decide.Field {
+	if rules == nil {
+		return dst
+	}
+	if !res.Allowed {
+		secs := l.retrySeconds(res, elapsed)
+		dst = l.appendHeaders(dst, rules, res.Rule, res.Remaining, secs)
+		return append(dst, decide.Field{Name: "Retry-After", Value: strconv.FormatInt(secs, 10)})
+	}
+	return l.appendHeaders(dst, rules, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed))
+}

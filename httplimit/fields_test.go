@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -67,5 +68,51 @@ func TestCountDeniedNeedsTheFixedWindow(t *testing.T) {
 	}
 	if _, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2), Algorithm: "fixed_window", CountDenied: true}}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// AppendFields lists what FieldsOf returns, in the order of the names
+// below, under every header option, for an allowed and a denied check.
+func TestAppendFieldsIsFieldsOf(t *testing.T) {
+	order := []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy", "RateLimit",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+	for i, n := range order {
+		order[i] = http.CanonicalHeaderKey(n)
+	}
+	xReset := http.CanonicalHeaderKey("X-RateLimit-Reset") // the Unix time of each call: may differ by a second
+	for _, mode := range []HeaderMode{HeadersBoth, HeadersLegacy, HeadersDraft, HeadersNone} {
+		for _, x := range []bool{false, true} {
+			c := fakeclock.New(time.Unix(1_800_000_000, 0))
+			store := memstore.New(memstore.Options{Now: c.Now, SweepInterval: -1})
+			lim, err := New(Options{Store: store, Headers: mode, XRateLimit: x, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 2)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i := range 3 { // allowed, allowed, denied
+				v := lim.Verdict(ctx, "p", Attributes{Identity: "v"}, 1)
+				h := lim.FieldsOf(v.Rules, v.Result, 0)
+				fs := lim.AppendFields(nil, v.Rules, v.Result, 0)
+				at := 0
+				for _, f := range fs {
+					for at < len(order) && order[at] != f.Name {
+						at++
+					}
+					if at == len(order) {
+						t.Fatalf("mode %d, x %v, check %d: %q out of order or unknown in %v", mode, x, i, f.Name, fs)
+					}
+					got, ok := h[f.Name]
+					if !ok || len(got) != 1 || (got[0] != f.Value && f.Name != xReset) {
+						t.Fatalf("mode %d, x %v, check %d: %s %q, FieldsOf %q", mode, x, i, f.Name, f.Value, got)
+					}
+				}
+				if len(fs) != len(h) {
+					t.Fatalf("mode %d, x %v, check %d: %d fields %v, FieldsOf %d %v", mode, x, i, len(fs), fs, len(h), h)
+				}
+			}
+		}
+	}
+	if fs := (&Limiter{}).AppendFields(nil, nil, sluice.Result{}, 0); fs != nil {
+		t.Fatalf("no rules: %v", fs)
 	}
 }

@@ -70,6 +70,46 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	if !l.sendsHeaders() {
 		return
 	}
+	legacy, draft := l.fieldValues(rs, rule, remaining, reset, vals)
+	if l.opts.Headers != HeadersNone {
+		setOrDel(h, hLimit, vals[vLimit:vLimit+1:vLimit+1], legacy)
+		setOrDel(h, hRemaining, vals[vRemaining:vRemaining+1:vRemaining+1], legacy)
+		setOrDel(h, hReset, vals[vReset:vReset+1:vReset+1], legacy)
+		setOrDel(h, hPolicy, vals[vPolicy:vPolicy+1:vPolicy+1], draft)
+		setOrDel(h, hRateLimit, vals[vRateLimit:vRateLimit+1:vRateLimit+1], draft)
+	}
+	if l.opts.XRateLimit {
+		h[hXLimit] = vals[vLimit : vLimit+1 : vLimit+1]
+		h[hXRemaining] = vals[vRemaining : vRemaining+1 : vRemaining+1]
+		h[hXReset] = vals[vXReset : vXReset+1 : vXReset+1]
+	}
+}
+
+// appendHeaders appends to dst the fields putHeaders sets into a header
+// that holds none of them, in the order of its names, without a map.
+func (l *Limiter) appendHeaders(dst []decide.Field, rs *ruleSet, rule int, remaining, reset int64) []decide.Field {
+	if !l.sendsHeaders() {
+		return dst
+	}
+	var vals [numVals]string
+	legacy, draft := l.fieldValues(rs, rule, remaining, reset, &vals)
+	if l.opts.Headers != HeadersNone && legacy {
+		dst = append(dst, decide.Field{Name: hLimit, Value: vals[vLimit]}, decide.Field{Name: hRemaining, Value: vals[vRemaining]}, decide.Field{Name: hReset, Value: vals[vReset]})
+	}
+	if l.opts.Headers != HeadersNone && draft {
+		dst = append(dst, decide.Field{Name: hPolicy, Value: vals[vPolicy]}, decide.Field{Name: hRateLimit, Value: vals[vRateLimit]})
+	}
+	if l.opts.XRateLimit {
+		dst = append(dst, decide.Field{Name: hXLimit, Value: vals[vLimit]}, decide.Field{Name: hXRemaining, Value: vals[vRemaining]}, decide.Field{Name: hXReset, Value: vals[vXReset]})
+	}
+	return dst
+}
+
+// fieldValues renders the values of the rate limit headers of a result
+// into vals, as one string, and says which of the IETF fields the options
+// send: the legacy ones (RateLimit-Limit, -Remaining, -Reset) and draft
+// 10's (RateLimit-Policy, RateLimit).
+func (l *Limiter) fieldValues(rs *ruleSet, rule int, remaining, reset int64, vals *[numVals]string) (legacy, draft bool) {
 	if rule < 0 || rule >= len(rs.Item) {
 		rule = 0 // a Fallback's result that names no rule of ours
 	}
@@ -79,7 +119,7 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	remEnd := len(b)
 	b = strconv.AppendInt(b, reset, 10)
 	resetEnd := len(b)
-	draft := l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersDraft
+	draft = l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersDraft
 	if draft {
 		b = append(b, rs.Item[rule]...)
 		b = append(b, ";r="...)
@@ -94,19 +134,8 @@ func (l *Limiter) putHeaders(h http.Header, rs *ruleSet, rule int, remaining, re
 	s := string(b)
 	vals[vLimit], vals[vRemaining], vals[vReset] = rs.Limit[rule], s[:remEnd], s[remEnd:resetEnd]
 	vals[vPolicy], vals[vRateLimit], vals[vXReset] = rs.Policy, s[resetEnd:rlEnd], s[rlEnd:]
-	if l.opts.Headers != HeadersNone {
-		legacy := l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersLegacy
-		setOrDel(h, hLimit, vals[vLimit:vLimit+1:vLimit+1], legacy)
-		setOrDel(h, hRemaining, vals[vRemaining:vRemaining+1:vRemaining+1], legacy)
-		setOrDel(h, hReset, vals[vReset:vReset+1:vReset+1], legacy)
-		setOrDel(h, hPolicy, vals[vPolicy:vPolicy+1:vPolicy+1], draft)
-		setOrDel(h, hRateLimit, vals[vRateLimit:vRateLimit+1:vRateLimit+1], draft)
-	}
-	if l.opts.XRateLimit {
-		h[hXLimit] = vals[vLimit : vLimit+1 : vLimit+1]
-		h[hXRemaining] = vals[vRemaining : vRemaining+1 : vRemaining+1]
-		h[hXReset] = vals[vXReset : vXReset+1 : vXReset+1]
-	}
+	legacy = l.opts.Headers == HeadersBoth || l.opts.Headers == HeadersLegacy
+	return legacy, draft
 }
 
 // undeclareOwned returns the Trailer declaration tr without the names

@@ -309,3 +309,28 @@ func FuzzCappedStore(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkNewKeysUnderCap is new keys under the default cap of the
+// gateway (1,000,000): nothing was ever evicted, so no key owes anything,
+// and a new key's recall has nothing to find (the resilient layer's local
+// and guard stores at uniform keys: issue 26).
+func BenchmarkNewKeysUnderCap(b *testing.B) {
+	const maxKeys = 1_000_000
+	names := make([]string, maxKeys/2)
+	for i := range names {
+		names[i] = fmt.Sprintf("203.0.113.%d:%d", i%256, i)
+	}
+	r := rules(1, 10)
+	now := int64(1_700_000_000_000_000)
+	s := New(Options{MaxKeys: maxKeys, SweepInterval: -1})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%len(names) == 0 && i > 0 {
+			b.StopTimer()
+			s = New(Options{MaxKeys: maxKeys, SweepInterval: -1})
+			b.StartTimer()
+		}
+		s.CheckAt(sluice.Request{Key: names[i%len(names)], Cost: 1, Rules: r}, now+int64(i))
+	}
+}

@@ -53,6 +53,14 @@ type Batcher[O any] struct {
 	pending  []*call[O] // queued, oldest first, not yet in a batch
 	inFlight int        // calls sent directly and flushers running
 	closed   bool
+
+	// A flusher's goroutine outlives its flush: it parks on wake for the
+	// next one (at most maxInFlight of them exist, since a flush is only
+	// started with a batch slot held), so that a flush starts no goroutine
+	// and grows no stack (a call into go-redis runs deep). stop ends the
+	// parked ones at Close.
+	wake chan struct{}
+	stop chan struct{}
 }
 
 // New returns a Batcher that sends through send; after Close, Do returns
@@ -66,6 +74,7 @@ func New[O any](opts Options, closedErr error, send Send[O]) *Batcher[O] {
 		b.maxInFlight = 2
 	}
 	b.idle.L = &b.mu
+	b.wake, b.stop = make(chan struct{}), make(chan struct{})
 	b.pool.New = func() any { return &call[O]{done: make(chan struct{}, 1)} }
 	return b
 }
@@ -96,7 +105,7 @@ func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
 	b.pending = append(b.pending, c)
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
-		go b.flush()
+		b.startFlush()
 	}
 	b.mu.Unlock()
 	select {
@@ -134,7 +143,7 @@ func (b *Batcher[O]) Queued() int {
 // in its place for what queued meanwhile.
 func (b *Batcher[O]) release() {
 	if len(b.pending) > 0 {
-		go b.flush() // takes over the slot
+		b.startFlush() // takes over the slot
 		return
 	}
 	b.leave()
@@ -166,6 +175,28 @@ func (b *Batcher[O]) next() []*call[O] {
 	clear(b.pending[rest:])
 	b.pending = b.pending[:rest]
 	return batch
+}
+
+// startFlush hands a flush, holding a batch slot, to a parked flusher, or
+// starts one when none is parked.
+func (b *Batcher[O]) startFlush() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+		go b.flusher()
+	}
+}
+
+// flusher flushes, then the flushes handed to it, until Close.
+func (b *Batcher[O]) flusher() {
+	for {
+		b.flush()
+		select {
+		case <-b.wake:
+		case <-b.stop:
+			return
+		}
+	}
 }
 
 // flush holds a batch slot: it sends batches from the queue, one after the
@@ -239,11 +270,15 @@ func (b *Batcher[O]) sendBatch(batch []*call[O]) {
 // Close stops queueing and waits until every queued op is answered.
 func (b *Batcher[O]) Close() {
 	b.mu.Lock()
+	wasClosed := b.closed
 	b.closed = true
 	for b.inFlight > 0 {
 		b.idle.Wait()
 	}
 	b.mu.Unlock()
+	if !wasClosed {
+		close(b.stop) // no flush starts once closed and idle
+	}
 }
 
 // A Group is the ops of one Cluster slot, in their order, and their

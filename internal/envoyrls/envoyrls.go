@@ -397,17 +397,23 @@ func (s *service) decide(ctx context.Context, core *decide.Core, d *decision) {
 // status is the DescriptorStatus of a decided descriptor.
 func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus {
 	l := d.limit
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:         rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: unitOf(l.Unit)},
-	}
+	// The status, its limit and its duration in one allocation.
+	m := &struct {
+		st    rlsv3.RateLimitResponse_DescriptorStatus
+		limit rlsv3.RateLimitResponse_RateLimit
+		reset durationpb.Duration
+	}{}
+	m.limit.Name, m.limit.RequestsPerUnit, m.limit.Unit = l.Name, l.RequestsPerUnit, unitOf(l.Unit)
+	st := &m.st
+	st.Code, st.CurrentLimit = rlsv3.RateLimitResponse_OK, &m.limit
 	if !d.over {
 		st.LimitRemaining = uint32(min(max(0, d.res.Remaining), math.MaxUint32))
 	}
 	if d.over && !l.Shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	st.DurationUntilReset = &durationpb.Duration{Seconds: s.resetSeconds(d)}
+	m.reset.Seconds = s.resetSeconds(d)
+	st.DurationUntilReset = &m.reset
 	return st
 }
 
@@ -482,6 +488,16 @@ func (s *service) headers(lim Decider, ds []decision, over bool, elapsed time.Du
 	var h http.Header
 	switch {
 	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0 && !d.override:
+		if fa, ok := lim.(fieldAppender); ok {
+			var buf [9]decide.Field // as many as fieldNames
+			fs := fa.AppendFields(buf[:0], d.rules, d.res, elapsed)
+			for i := range fs {
+				if fs[i].Name == xReset {
+					fs[i].Value = strconv.FormatInt(s.resetSeconds(d), 10)
+				}
+			}
+			return fieldValues(fs)
+		}
 		h = lim.FieldsOf(d.rules, d.res, elapsed)
 		if _, ok := h[xReset]; ok {
 			// Seconds until the window resets, as envoyproxy/ratelimit's
@@ -518,6 +534,37 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 		}
 	}
 	return out
+}
+
+// fieldAppender is a Decider that lists the fields FieldsOf returns
+// without a map, in the order of fieldNames (*httplimit.Limiter is one).
+type fieldAppender interface {
+	AppendFields(dst []decide.Field, rules *decide.Rules, res sluice.Result, elapsed time.Duration) []decide.Field
+}
+
+// fieldValues turns fs, in the order of fieldNames, into Envoy's header
+// list, in lower case, as headerValues does.
+func fieldValues(fs []decide.Field) []*corev3.HeaderValue {
+	if len(fs) == 0 {
+		return nil
+	}
+	vals := make([]corev3.HeaderValue, len(fs)) // one allocation for them all
+	out := make([]*corev3.HeaderValue, len(fs))
+	for i, f := range fs {
+		vals[i].Key, vals[i].Value = lowerName(f.Name), f.Value
+		out[i] = &vals[i]
+	}
+	return out
+}
+
+// lowerName is the lower-case name of one of fieldNames.
+func lowerName(canonical string) string {
+	for _, f := range fieldNames {
+		if f.canonical == canonical {
+			return f.lower
+		}
+	}
+	return strings.ToLower(canonical)
 }
 
 // fieldNames are the header names Limiter.Fields may set.

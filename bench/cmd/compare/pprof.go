@@ -92,6 +92,9 @@ func (p *profiler) fetch(path, file string) error {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("pprof %s: %s: %s", path, resp.Status, b)
 	}
+	if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+		return err
+	}
 	f, err := os.Create(filepath.Join(pprofDir, p.prefix+"."+file+".pprof"))
 	if err != nil {
 		return err
