@@ -262,7 +262,14 @@ func compareStatsdOnce(t *testing.T, protocol string, files, extra map[string]st
 	}
 	peer := envoytest.StartEnvRelease(t, envoytest.January, with(sinks[0]))
 	environ := envoytest.Environ(root, "", 0, 0, 0)
-	for k, v := range with(sinks[1]) {
+	// One Redis for both: sluice's counters get a prefix of their own, or
+	// the two would count together (they share envoyproxy/ratelimit's
+	// counter names, TestRatelimitSharesRedis).
+	mine := with(sinks[1])
+	if _, set := extra["CACHE_KEY_PREFIX"]; !set {
+		mine["CACHE_KEY_PREFIX"] = "sluice:"
+	}
+	for k, v := range mine {
 		environ = append(environ, k+"="+v)
 	}
 	sl := startRatelimit(t, environ)
