@@ -50,14 +50,33 @@ func NewCounter(max, ipv6Bits int) *Counter {
 // counted is false when remote has no IP address (a Unix socket), which
 // is not counted and needs no Release.
 func (c *Counter) Acquire(remote net.Addr) (key netip.Addr, counted, ok bool) {
+	h, counted, ok := c.Hold(remote)
+	return h.addr, counted, ok
+}
+
+// Held is one count that Hold took; its Release gives it back without
+// looking the address up again.
+type Held struct {
+	c    *Counter
+	addr netip.Addr
+	key  any // addr, boxed once: a netip.Addr boxed for the map allocates
+	sl   *slot
+}
+
+// Hold is Acquire returning the count it took as a Held, whose Release
+// costs no allocation (the gRPC listener counts every stream). It gives
+// the same guarantees: ok is false when the address already holds max,
+// counted is false when remote has no IP address (nothing to release).
+func (c *Counter) Hold(remote net.Addr) (h Held, counted, ok bool) {
 	a, counted := c.client(remote)
 	if !counted {
-		return netip.Addr{}, false, true
+		return Held{}, false, true
 	}
+	key := any(a)
 	for {
-		v, loaded := c.open.Load(a)
+		v, loaded := c.open.Load(key)
 		if !loaded {
-			v, _ = c.open.LoadOrStore(a, new(slot))
+			v, _ = c.open.LoadOrStore(key, new(slot))
 		}
 		sl := v.(*slot)
 		for {
@@ -66,10 +85,10 @@ func (c *Counter) Acquire(remote net.Addr) (key netip.Addr, counted, ok bool) {
 				break // retired: take the map's next slot
 			}
 			if n >= int64(c.max) {
-				return a, true, false
+				return Held{addr: a}, true, false
 			}
 			if sl.n.CompareAndSwap(n, n+1) {
-				return a, true, true
+				return Held{c: c, addr: a, key: key, sl: sl}, true, true
 			}
 		}
 	}
@@ -81,7 +100,20 @@ func (c *Counter) Release(key netip.Addr) {
 	if !ok {
 		return // not counted: nothing to give back
 	}
-	sl := v.(*slot)
+	c.release(key, v.(*slot))
+}
+
+// Release gives back the count h holds; call it once. The slot it
+// decrements is the one Hold incremented: a slot above zero is never
+// retired, so it is the map's slot for the address, as Release finds.
+// A Held that holds nothing (not counted, or refused) releases nothing.
+func (h Held) Release() {
+	if h.sl != nil {
+		h.c.release(h.key, h.sl)
+	}
+}
+
+func (c *Counter) release(key any, sl *slot) {
 	if sl.n.Add(-1) > 0 {
 		return
 	}

@@ -273,3 +273,49 @@ func TestReleasedBeforeClose(t *testing.T) {
 		t.Fatalf("the socket closed while its address still counted %d connection(s); want 0: release first", seer.open)
 	}
 }
+
+// TestHeldReleasesWhatItHolds: a Held's Release gives back the count that
+// Hold took, under the bound and at the map's level, as Release does; a
+// refused or uncounted Held releases nothing.
+func TestHeldReleasesWhatItHolds(t *testing.T) {
+	const bound = 2
+	c := NewCounter(bound, 64)
+	a := &net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 1}
+	b := &net.TCPAddr{IP: net.ParseIP("2001:db8::2"), Port: 2} // same /64
+	var held []Held
+	for _, r := range []net.Addr{a, b} {
+		h, counted, ok := c.Hold(r)
+		if !counted || !ok {
+			t.Fatalf("Hold(%v) = counted %v, ok %v under the bound", r, counted, ok)
+		}
+		held = append(held, h)
+	}
+	refused, counted, ok := c.Hold(a)
+	if !counted || ok {
+		t.Fatalf("Hold past the bound = counted %v, ok %v; want refused", counted, ok)
+	}
+	refused.Release() // holds nothing: must not free a slot
+	if _, _, ok := c.Hold(b); ok {
+		t.Fatal("a refused Held's Release freed a slot")
+	}
+	unix, counted, ok := c.Hold(&net.UnixAddr{Name: "@x", Net: "unix"})
+	if counted || !ok {
+		t.Fatalf("Hold(unix) = counted %v, ok %v; want not counted, ok", counted, ok)
+	}
+	unix.Release()
+	held[0].Release()
+	if got := c.Open(netip.MustParseAddr("2001:db8::")); got != bound-1 {
+		t.Fatalf("Open after one Release = %d; want %d", got, bound-1)
+	}
+	h, _, ok := c.Hold(a)
+	if !ok {
+		t.Fatal("refused after a Release under the bound")
+	}
+	h.Release()
+	held[1].Release()
+	// The address is retired at zero: nothing of it is left in the map.
+	c.open.Range(func(k, v any) bool {
+		t.Errorf("%v kept (count %d) after every release; want it retired", k, v.(*slot).n.Load())
+		return true
+	})
+}

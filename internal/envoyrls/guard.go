@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/sluicehq/sluice/internal/connlimit"
 )
 
 // The listener's bounds on streams, in the order a stream meets them:
@@ -33,13 +34,15 @@ import (
 //     up to DomainWait for one of its domain's MaxInFlightPerDomain
 //     slots (RESOURCE_EXHAUSTED after), before it reaches the store.
 
-// stream is what the guard keeps of one open stream.
+// stream is what the guard keeps of one open stream. It is also the
+// stream's context (the cancellable one tap derives, with the stream as
+// its streamKey value), which spares a context.WithValue a stream.
 type stream struct {
+	context.Context
 	s        *Server
-	ip       netip.Addr
-	ipHeld   bool       // counted in perIP
-	inFlight bool       // counted in inFlight (health checks are not)
-	init     sync.Mutex // held while timer and stop are set; the callbacks may run before
+	ip       connlimit.Held // counted in perIP, when it holds a count
+	inFlight bool           // counted in inFlight (health checks are not)
+	init     sync.Mutex     // held while timer and stop are set; the callbacks may run before
 	timer    *time.Timer
 	cancel   context.CancelCauseFunc
 	stop     func() bool  // stops the release at the context's end
@@ -72,12 +75,12 @@ type streamKey struct{}
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	st := &stream{s: s}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		key, counted, ok := s.perIP.Acquire(p.Addr)
+		held, _, ok := s.perIP.Hold(p.Addr)
 		if !ok {
 			s.opts.Rejected("streams_per_ip")
 			return nil, status.Errorf(codes.ResourceExhausted, "sluice: this client address holds %d streams open, the most envoy_rls.max_streams_per_ip allows; retry when some end", s.opts.MaxStreamsPerIP)
 		}
-		st.ip, st.ipHeld = key, counted
+		st.ip = held
 	}
 	if !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") { // health checks always pass
 		if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
@@ -88,14 +91,26 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		}
 		st.inFlight = true
 	}
-	ctx, st.cancel = context.WithCancelCause(ctx)
+	st.Context, st.cancel = context.WithCancelCause(ctx)
 	st.init.Lock()
 	defer st.init.Unlock()
 	st.timer = time.AfterFunc(s.opts.FirstMessageTimeout, st.expire)
 	// The handler releases the stream when it returns (ended); this is for
-	// a stream that no handler of ours reads (an unknown method).
+	// a stream that no handler of ours reads (an unknown method). It waits
+	// on the transport's context, not on ours: ours ends when that one
+	// does or when expire cuts the stream, which stops this and releases
+	// itself; and ours, with no children, needs no map of them.
 	st.stop = context.AfterFunc(ctx, st.release)
-	return context.WithValue(ctx, streamKey{}, st), nil
+	return st, nil
+}
+
+// Value returns the stream for streamKey, and the values of the context
+// it derives from otherwise.
+func (st *stream) Value(key any) any {
+	if key == (streamKey{}) {
+		return st
+	}
+	return st.Context.Value(key)
 }
 
 var errInFlight = status.Error(codes.Unavailable, "sluice is serving as many calls as it may at once; retry shortly")
@@ -147,9 +162,7 @@ func (st *stream) release() {
 }
 
 func (st *stream) releaseIP() {
-	if st.ipHeld {
-		st.s.perIP.Release(st.ip)
-	}
+	st.ip.Release()
 }
 
 // reading is called before a handler reads the stream's message: the
