@@ -407,12 +407,17 @@ func TestTracingRedisStore(t *testing.T) {
 	if got := decidedBy(2); fmt.Sprint(got) != "[store local]" {
 		t.Fatalf("store spans decided by %v, want [store local]", got)
 	}
-	recv.mu.Lock()
-	defer recv.mu.Unlock()
-	for _, s := range recv.spans {
-		if s.Name == "sluice.decision" && attrs(s.Attributes)["sluice.outcome"] == "local_allowed" {
-			return
+	// The store span ends before its parent decision span, so the exporter
+	// may ship it in an earlier batch: wait for the decision span as well.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		recv.mu.Lock()
+		for _, s := range recv.spans {
+			if s.Name == "sluice.decision" && attrs(s.Attributes)["sluice.outcome"] == "local_allowed" {
+				recv.mu.Unlock()
+				return
+			}
 		}
+		recv.mu.Unlock()
 	}
 	t.Error("no sluice.decision span with sluice.outcome=local_allowed")
 }
