@@ -121,7 +121,12 @@ func startRLSStore(t *testing.T, store string, files map[string]string) *rls {
 			t.Fatal(err)
 		}
 	}
-	section := fmt.Sprintf("envoy_rls:\n  listen: 127.0.0.1:0\n  config_dir: %q", dir)
+	// Every caller may be on one instance at once (a call's instance is
+	// its turn's), and while Redis is frozen each call holds its domain's
+	// slot for the store's deadline: the share is raised to the callers,
+	// as docs/envoy.md says to for one domain with that many callers, so
+	// that no call waits past domain_wait and is refused.
+	section := fmt.Sprintf("envoy_rls:\n  listen: 127.0.0.1:0\n  config_dir: %q\n  max_in_flight_per_domain: %d", dir, outageCallers)
 	g := startPlainGateway(t, upstream(t), store, section)
 	waitGRPCHealthy(t, g.rlsAddr, g)
 	return &rls{gateway: g, grpc: g.rlsAddr}
