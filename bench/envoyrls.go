@@ -189,6 +189,7 @@ func RLSConfig(listen, admin, rlsListen, configDir, redisAddr string) string {
 	return fmt.Sprintf(`listen: %s
 admin_listen: %s
 upstream: http://127.0.0.1:9
+decision_api: {listen: "off"}
 store:
   type: redis
   redis: {url: "redis://%s"}

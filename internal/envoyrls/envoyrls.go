@@ -130,7 +130,18 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		cost := hitsAddend(req, d)
 		ds = append(ds, decision{limit: l, key: key, cost: cost, hits: cost, override: override})
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	// A call of one descriptor (Envoy's usual) gets its response, the
+	// list of statuses and its status in one allocation.
+	var one *oneAnswer
+	var resp *rlsv3.RateLimitResponse
+	if len(ds) == 1 {
+		one = new(oneAnswer)
+		resp = &one.resp
+		resp.Statuses = one.statuses[:]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	// As envoyproxy/ratelimit's main: the answer is OVER_LIMIT when a
 	// limit outside quota mode is, or when every limit in quota mode is
 	// (its January 2026 commit never refused for a quota limit).
@@ -163,7 +174,11 @@ func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if d.override {
 			overrideOutcome(d)
 		}
-		st := s.status(d)
+		var sb *statusBlock
+		if one != nil {
+			sb = &one.status
+		}
+		st := s.status(d, sb)
 		resp.Statuses[i] = st
 		quota := d.limit.Quota || global
 		if quota {
@@ -394,15 +409,29 @@ func (s *service) decide(ctx context.Context, core *decide.Core, d *decision) {
 	}
 }
 
-// status is the DescriptorStatus of a decided descriptor.
-func (s *service) status(d *decision) *rlsv3.RateLimitResponse_DescriptorStatus {
+// statusBlock is a DescriptorStatus with its limit and its duration, to
+// allocate them at once.
+type statusBlock struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// oneAnswer is the response of a call of one descriptor, with its list
+// of statuses and its status, to allocate them at once.
+type oneAnswer struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status   statusBlock
+}
+
+// status is the DescriptorStatus of a decided descriptor, written in m
+// (a new one when m is nil).
+func (s *service) status(d *decision, m *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
 	l := d.limit
-	// The status, its limit and its duration in one allocation.
-	m := &struct {
-		st    rlsv3.RateLimitResponse_DescriptorStatus
-		limit rlsv3.RateLimitResponse_RateLimit
-		reset durationpb.Duration
-	}{}
+	if m == nil {
+		m = new(statusBlock) // the status, its limit and its duration in one allocation
+	}
 	m.limit.Name, m.limit.RequestsPerUnit, m.limit.Unit = l.Name, l.RequestsPerUnit, unitOf(l.Unit)
 	st := &m.st
 	st.Code, st.CurrentLimit = rlsv3.RateLimitResponse_OK, &m.limit
