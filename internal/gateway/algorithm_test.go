@@ -15,11 +15,16 @@ import (
 )
 
 // A policy chooses its algorithm; the others keep the token bucket, and
-// headers and 429s work the same for all.
+// headers and 429s work the same for all. The fixed window's rule has a
+// window of a year (3 per 8760h, burst 3), away from its edge: its
+// windows are aligned to the Unix epoch, and a rule of 1/h, burst 3 (a 3h
+// window) starts a new one every 3h, between two requests of a run that
+// meets the edge.
 func TestPoliciesChooseTheirAlgorithm(t *testing.T) {
+	awayFromYearEdge()
 	onEachStore(t, func(t *testing.T, store string) {
 		_, traffic, _ := newGateway(t, store+`policies:
-  - {name: window, match: /w/, algorithm: fixed_window, anonymous: [{rate: 1/h, burst: 3}]}
+  - {name: window, match: /w/, algorithm: fixed_window, anonymous: [{rate: 3/8760h, burst: 3}]}
   - {name: log, match: /l/, algorithm: sliding_log, anonymous: [{rate: 1/h, burst: 2}]}
   - {name: leaky, match: /k/, algorithm: leaky_bucket, anonymous: [{rate: 1/h, burst: 1}]}
   - {name: bucket, match: /b/, anonymous: [{rate: 1/h, burst: 4}]}
