@@ -125,7 +125,11 @@ func TestKeysPerAlgorithm(t *testing.T) {
 	seen := map[string]string{}
 	rules := []sluice.Rule{{Rate: 1, Burst: 3}}
 	for _, name := range Names() {
-		s, _ := Redis(name, client, RedisOptions{})
+		// An hour's expiry margin: the count below must not depend on how
+		// long the loop took. With the default second, a fixed window's key
+		// checked near its epoch-aligned window's end (3s here) lives 1s
+		// and would be gone after a stall of that long.
+		s, _ := Redis(name, client, RedisOptions{ExpiryMargin: time.Hour})
 		k := RedisKey(s, "payments:user-1")
 		if !strings.HasSuffix(k, "{payments:user-1}") || !strings.HasPrefix(k, "sluice:") {
 			t.Fatalf("%s key %q", name, k)
