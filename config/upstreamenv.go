@@ -206,7 +206,7 @@ var UpstreamVars = []UpstreamVar{
 	honour("RUNTIME_IGNOREDOTFILES", "false", 'b', "skip files and directories whose names start with a dot"),
 	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
 	honour("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "up to this many seconds, at random, added to a counter's expiry, as there"),
-	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes (at least 512 KiB, as there), each key costing 200 bytes and its length"),
+	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes in all (at least 512 KiB, as there; half of it for each Redis with REDIS_PERSECOND=true), each key costing 200 bytes and its length"),
 	honour("NEAR_LIMIT_RATIO", "0.8", 'f', "the share of a limit past which hits count in the near_limit stat; no effect on answers"),
 	honour("CACHE_KEY_PREFIX", "", 's', "starts the name of every counter, as there: sluice's counters are envoyproxy/ratelimit's, so the two can share one Redis"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
