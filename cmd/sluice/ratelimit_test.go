@@ -34,6 +34,7 @@ type dropIn struct {
 	grpc, http, debug string // host:port
 	signal            func(os.Signal) error
 	log               func() string
+	proc              *server // sluice ratelimit's process; nil for envoyproxy/ratelimit
 }
 
 // startRatelimit runs the sluice binary's `ratelimit` with environ (its
@@ -52,7 +53,7 @@ func startRatelimit(t *testing.T, environ []string) *dropIn {
 			addrs <- m[1:]
 		}
 	})
-	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs}
+	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs, proc: s}
 	for range 2 {
 		select {
 		case a := <-addrs:
