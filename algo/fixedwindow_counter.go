@@ -138,9 +138,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			}
 			cs = append(cs, counter{key: o.counter, ttl: (window(o.rules[0]) + 999_999) / 1e6})
 		}
-		if o.amount > 0 {
-			cs[j].sum = saturatingAdd(cs[j].sum, o.amount)
-		}
+		cs[j].sum = counterAdd(cs[j].sum, o.counted())
 		which = append(which, j)
 	}
 	pipe := s.pipe()
@@ -183,16 +181,31 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			continue
 		}
 		before := c.next
-		after := before
-		if o.amount > 0 {
-			after = saturatingAdd(before, o.amount)
-		}
+		after := counterAdd(before, o.counted())
 		c.next = after
 		r := o.rules[0]
 		st := [1]fixedWindow{{start: o.start, count: max(0, after)}}
 		ts := [1]int64{o.now}
 		res[i], _ = fixedWindowReport(st[:], o.rules, ts[:], after <= r.Burst, o.amount)
 	}
+}
+
+// counted is what o adds to its counter: a check's cost, an adjustment's
+// delta (a refund takes off).
+func (o fwOp) counted() int64 {
+	if o.kind == "a" {
+		return o.amount
+	}
+	return max(0, o.amount)
+}
+
+// counterAdd is a + b, saturating when b > 0: a counter's count as Redis
+// keeps it, which a refund may take below 0.
+func counterAdd(a, b int64) int64 {
+	if b > 0 {
+		return saturatingAdd(a, b)
+	}
+	return a + b
 }
 
 func saturatingAdd(a, b int64) int64 {

@@ -123,12 +123,19 @@ func (s *fixedWindowRedis) Check(ctx context.Context, req sluice.Request) (sluic
 	return s.run(ctx, o)
 }
 
-// Adjust charges (delta > 0) or refunds (delta < 0) key's windows.
+// Adjust charges (delta > 0) or refunds (delta < 0) key's windows, or,
+// for a request of WindowKey (and CountDenied, one rule) as its check
+// was, the counter of WindowKey in the current window that the check
+// counted in.
 func (s *fixedWindowRedis) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	if err := sluice.ValidateAdjust(req.Key, req.Rules); err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, fwOp{key: req.Key, kind: "a", amount: delta, rules: req.Rules})
+	o := fwOp{key: req.Key, kind: "a", amount: delta, rules: req.Rules}
+	if req.CountDenied && req.WindowKey != "" && len(req.Rules) == 1 {
+		s.counterOp(&o, req.WindowKey)
+	}
+	return s.run(ctx, o)
 }
 
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {

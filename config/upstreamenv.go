@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,11 @@ type Upstream struct {
 	// added at random to a counter's expiry.
 	CacheKeyPrefix   string
 	ExpirationJitter time.Duration
+	// RedisStartup, from the REDIS_STARTUP_ variables when any is set, is
+	// how long to wait for Redis at start before serving, as upstream
+	// waits; nil: sluice serves at once and Redis's errors are answered
+	// as they come until it answers.
+	RedisStartup *RedisStartup
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -77,6 +83,15 @@ type Statsd struct {
 	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
 	// hits count as near_limit.
 	NearLimitRatio float64
+}
+
+// RedisStartup is how `sluice ratelimit` waits at start for its Redis
+// (REDIS_URL's, and the per-second one) to answer a PING before it opens
+// its listeners, as envoyproxy/ratelimit does: the waits between tries
+// start at Initial and double up to Max, each less a random share of up
+// to half; past MaxElapsed (0: never) it gives up and exits.
+type RedisStartup struct {
+	Initial, Max, MaxElapsed time.Duration
 }
 
 // UpstreamVar is one of envoyproxy/ratelimit's environment variables
@@ -124,15 +139,17 @@ func refuse(name, def string, kind byte, instead string) UpstreamVar {
 }
 
 const (
-	noDogStatsd = "sluice sends plain statsd (USE_STATSD, the tags of EXTRA_TAGS in the names), not DogStatsD's tags: unset it, or scrape sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics"
-	noXDS       = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
-	noMemcash   = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
-	noTracing   = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
+	noDogStatsd        = "sluice sends plain statsd (USE_STATSD, the tags of EXTRA_TAGS in the names), not DogStatsD's tags: unset it, or scrape sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics"
+	noXDS              = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
+	noMemcash          = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
+	noPipelineParallel = "sluice sends a cluster's commands to each node in parallel itself, batching concurrent checks (store.redis.coalesce)"
+	noTracing          = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
 )
 
 // UpstreamVars are every environment variable of envoyproxy/ratelimit
-// (src/settings/settings.go of the version internal/testkit/envoytest holds
-// sluice against), in its order.
+// (src/settings/settings.go of the newest version internal/testkit/envoytest
+// holds sluice against, envoytest.Main; testdata/upstream-settings.tsv),
+// in its order, and STATSD_PROTOCOL, which its statsd client reads.
 var UpstreamVars = []UpstreamVar{
 	honour("HOST", "0.0.0.0", 's', "address of the HTTP listener (/healthcheck, /json)"),
 	honour("PORT", "8080", 'i', "port of the HTTP listener"),
@@ -182,13 +199,14 @@ var UpstreamVars = []UpstreamVar{
 	refuse("PROMETHEUS_ADDR", ":9090", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
 	refuse("PROMETHEUS_PATH", "/metrics", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
 	refuse("PROMETHEUS_MAPPER_YAML", "", 's', "sluice's metrics have their own names: unset it"),
+	refuse("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", 'b', "sluice's metrics have their own names and units (durations in seconds): unset it"),
 	honour("RUNTIME_ROOT", "/srv/runtime_data/current", 's', "the descriptor files are RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file, subdirectories too"),
 	honour("RUNTIME_SUBDIRECTORY", "", 's', "see RUNTIME_ROOT (empty with RUNTIME_WATCH_ROOT=true loads nothing there: refused)"),
 	honour("RUNTIME_APPDIRECTORY", "config", 's', "see RUNTIME_ROOT"),
 	honour("RUNTIME_IGNOREDOTFILES", "false", 'b', "skip files and directories whose names start with a dot"),
 	honour("RUNTIME_WATCH_ROOT", "true", 'b', "sluice watches the directory, every directory below and the symlinks above it either way; a change applies within 2s"),
 	honour("EXPIRATION_JITTER_MAX_SECONDS", "300", 'i', "up to this many seconds, at random, added to a counter's expiry, as there"),
-	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes (at least 512 KiB, as there), each key costing 200 bytes and its length"),
+	honour("LOCAL_CACHE_SIZE_IN_BYTES", "0", 'i', "0: off, as there; else a cache of the keys over their limit, answered over limit without Redis until their window ends, bounded to that many bytes in all (at least 512 KiB, as there; half of it for each Redis with REDIS_PERSECOND=true), each key costing 200 bytes and its length"),
 	honour("NEAR_LIMIT_RATIO", "0.8", 'f', "the share of a limit past which hits count in the near_limit stat; no effect on answers"),
 	honour("CACHE_KEY_PREFIX", "", 's', "starts the name of every counter, as there: sluice's counters are envoyproxy/ratelimit's, so the two can share one Redis"),
 	honour("BACKEND_TYPE", "redis", 's', "redis; memcache is refused"),
@@ -210,6 +228,7 @@ var UpstreamVars = []UpstreamVar{
 	refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", 'b', "sluice always verifies Redis's certificate: give its CA in REDIS_TLS_CACERT and unset it"),
 	accept("REDIS_PIPELINE_WINDOW", "0", 'd', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
 	accept("REDIS_PIPELINE_LIMIT", "0", 'i', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
+	accept("REDIS_CLUSTER_PIPELINE_PARALLELISM", "1", 'i', noPipelineParallel),
 	honour("REDIS_PERSECOND", "false", 'b', "true: the counters of the limits whose unit is second (a request's own limit override of unit SECOND too) live in the Redis of the REDIS_PERSECOND_ variables, the others in REDIS_URL's, as there"),
 	honour("REDIS_PERSECOND_SOCKET_TYPE", "unix", 's', "the per-second Redis (REDIS_PERSECOND=true): unix or tcp, as REDIS_SOCKET_TYPE"),
 	honour("REDIS_PERSECOND_TYPE", "SINGLE", 's', "the per-second Redis (REDIS_PERSECOND=true): SINGLE, SENTINEL or CLUSTER, as REDIS_TYPE"),
@@ -221,11 +240,15 @@ var UpstreamVars = []UpstreamVar{
 	honour("REDIS_PERSECOND_SENTINEL_AUTH", "", 's', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_SENTINEL_AUTH"),
 	accept("REDIS_PERSECOND_PIPELINE_WINDOW", "0", 'd', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
 	accept("REDIS_PERSECOND_PIPELINE_LIMIT", "0", 'i', "sluice batches concurrent checks to Redis itself (store.redis.coalesce)"),
+	accept("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "1", 'i', noPipelineParallel),
 	refuse("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", 'b', "sluice answers by its failure policy (open, closed, local) when Redis fails, and /readyz on the debug port reports the store: unset it"),
 	honour("REDIS_TIMEOUT", "10s", 'd', "bounds a Redis call (sluice's 50ms when unset)"),
 	honour("REDIS_PERSECOND_TIMEOUT", "10s", 'd', "the per-second Redis (REDIS_PERSECOND=true): as REDIS_TIMEOUT"),
 	accept("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', "sluice's pool waits for a connection, as WAIT does"),
 	accept("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT", 's', "sluice's pool waits for a connection, as WAIT does"),
+	honour("REDIS_STARTUP_INITIAL_INTERVAL", "1s", 'd', "any REDIS_STARTUP_ set: as there, the listeners open only once every Redis (REDIS_URL's, the per-second one) answers a PING, retried after this wait, doubled each try up to REDIS_STARTUP_MAX_INTERVAL (each less a random share of up to half); none set: sluice serves at once and answers Redis's errors (redis_error) until it answers"),
+	honour("REDIS_STARTUP_MAX_INTERVAL", "30s", 'd', "the longest wait between two tries at start (see REDIS_STARTUP_INITIAL_INTERVAL)"),
+	honour("REDIS_STARTUP_MAX_ELAPSED_TIME", "0", 'd', "0: wait for Redis at start as long as it takes; else exit 1 past this long, naming the Redis (see REDIS_STARTUP_INITIAL_INTERVAL)"),
 	refuse("MEMCACHE_HOST_PORT", "", 's', noMemcash),
 	refuse("MEMCACHE_MAX_IDLE_CONNS", "2", 'i', noMemcash),
 	refuse("MEMCACHE_SRV", "", 's', noMemcash),
@@ -398,6 +421,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	up.HealthyWithConfig = boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	up.CacheKeyPrefix = str("CACHE_KEY_PREFIX")
 	up.ExpirationJitter = time.Duration(max(0, num("EXPIRATION_JITTER_MAX_SECONDS"))) * time.Second
+	up.RedisStartup = redisStartupFromEnv(env, vals, bad)
 
 	// LIMIT_RESPONSE_HEADERS_ENABLED: upstream's three headers (the reset
 	// in seconds), named by LIMIT_*_HEADER; without it, no headers at all.
@@ -548,6 +572,27 @@ func redisFromEnv(r *Redis, prefix string, env map[string]string, vals map[strin
 	}
 	// The files serve both Redis, as there.
 	r.TLS = RedisTLS{CAFile: str("REDIS_TLS_CACERT"), CertFile: str("REDIS_TLS_CLIENT_CERT"), KeyFile: str("REDIS_TLS_CLIENT_KEY")}
+}
+
+// redisStartupFromEnv reads the REDIS_STARTUP_ variables: nil when none
+// is set.
+func redisStartupFromEnv(env map[string]string, vals map[string]any, bad func(string, ...any)) *RedisStartup {
+	names := []string{"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME"}
+	if !slices.ContainsFunc(names, func(n string) bool { _, set := env[n]; return set }) {
+		return nil
+	}
+	d := func(name string) time.Duration { v, _ := vals[name].(time.Duration); return v }
+	s := &RedisStartup{Initial: d(names[0]), Max: d(names[1]), MaxElapsed: d(names[2])}
+	if s.Initial <= 0 {
+		bad("%s=%v: want a positive duration such as 1s", names[0], s.Initial)
+	}
+	if s.Max < s.Initial {
+		bad("%s=%v is less than %s=%v: want at least as long", names[1], s.Max, names[0], s.Initial)
+	}
+	if s.MaxElapsed < 0 {
+		bad("%s=%v: want 0 (wait as long as it takes) or a positive duration such as 5m", names[2], s.MaxElapsed)
+	}
+	return s
 }
 
 // statsdFromEnv reads USE_STATSD, DISABLE_STATS, the STATSD_ variables,

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -102,6 +103,15 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			return want(c.EnvoyRLS.Upstream.LogLevel+" "+c.EnvoyRLS.Upstream.LogFormat, "debug json")
 		}},
 		{[]string{"LOG_LEVEL=trace"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "debug") }},
+		// REDIS_STARTUP_: no wait at start unless one is set; one set
+		// gives upstream's defaults for the others.
+		{nil, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.RedisStartup == nil, true) }},
+		{[]string{"REDIS_STARTUP_MAX_ELAPSED_TIME=2m"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.RedisStartup), "&{1s 30s 2m0s}")
+		}},
+		{[]string{"REDIS_STARTUP_INITIAL_INTERVAL=50ms", "REDIS_STARTUP_MAX_INTERVAL=400ms"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.RedisStartup), "&{50ms 400ms 0s}")
+		}},
 		// The statsd stats: upstream's defaults when USE_STATSD is true
 		// (upstreamBase sets it false), each variable as set.
 		{[]string{"USE_STATSD=true"}, func(c *config.Config) string {
@@ -329,6 +339,10 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"NEAR_LIMIT_RATIO=1.5", "NEAR_LIMIT_RATIO=1.5: want a number from 0 to 1"},
 		{"NEAR_LIMIT_RATIO=most", "NEAR_LIMIT_RATIO=\"most\": want a number"},
 		{"USE_STATSD=yes", "USE_STATSD=\"yes\": want true or false"},
+		{"REDIS_STARTUP_INITIAL_INTERVAL=0s", "REDIS_STARTUP_INITIAL_INTERVAL=0s: want a positive duration"},
+		{"REDIS_STARTUP_MAX_INTERVAL=10ms", "REDIS_STARTUP_MAX_INTERVAL=10ms is less than REDIS_STARTUP_INITIAL_INTERVAL=1s"},
+		{"REDIS_STARTUP_MAX_ELAPSED_TIME=-1s", "REDIS_STARTUP_MAX_ELAPSED_TIME=-1s: want 0"},
+		{"REDIS_STARTUP_MAX_INTERVAL=later", "REDIS_STARTUP_MAX_INTERVAL=\"later\": want a duration"},
 	} {
 		env, _ := upstreamBase(t)
 		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=true", tc.v))
@@ -431,8 +445,76 @@ func TestUpstreamVarsDocumented(t *testing.T) {
 			break
 		}
 		cells := strings.Split(rows[i], "|")
-		if len(cells) != 5 || strings.TrimSpace(cells[1]) != "`"+u.Name+"`" || strings.TrimSpace(cells[3]) != u.Handling()+": "+u.Note {
-			t.Errorf("docs/envoy.md row %d: %s\nwant | `%s` | … | %s: %s |", i+1, rows[i], u.Name, u.Handling(), u.Note)
+		def := cmp.Or(u.Default, "(empty)")
+		if len(cells) != 5 || strings.TrimSpace(cells[1]) != "`"+u.Name+"`" || strings.TrimSpace(cells[2]) != "`"+def+"`" || strings.TrimSpace(cells[3]) != u.Handling()+": "+u.Note {
+			t.Errorf("docs/envoy.md row %d: %s\nwant | `%s` | `%s` | %s: %s |", i+1, rows[i], u.Name, def, u.Handling(), u.Note)
+		}
+	}
+}
+
+// notInSettings are the variables of UpstreamVars that envoyproxy/ratelimit
+// reads elsewhere than its settings.go.
+var notInSettings = map[string]string{"STATSD_PROTOCOL": "read by its statsd client, lyft/gostats"}
+
+// TestUpstreamVarsAreUpstreams: UpstreamVars are exactly the variables of
+// envoyproxy/ratelimit's settings.go at the newest commit sluice follows
+// (testdata/upstream-settings.tsv, taken from it), in its order and with
+// its defaults, but for notInSettings: a variable upstream adds must be
+// honoured or refused here (and so listed in docs/envoy.md, which
+// TestUpstreamVarsDocumented checks), never silently ignored.
+func TestUpstreamVarsAreUpstreams(t *testing.T) {
+	data, err := os.ReadFile("testdata/upstream-settings.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type setting struct{ name, def string }
+	var settings []setting
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, def, ok := strings.Cut(line, "\t")
+		if !ok {
+			t.Fatalf("testdata/upstream-settings.tsv: %q is not NAME<TAB>default", line)
+		}
+		settings = append(settings, setting{name, def})
+	}
+	if len(settings) < 100 {
+		t.Fatalf("testdata/upstream-settings.tsv holds %d variables; want upstream's 114", len(settings))
+	}
+	var ours []config.UpstreamVar
+	byName := make(map[string]config.UpstreamVar)
+	for _, u := range config.UpstreamVars {
+		if byName[u.Name].Name != "" {
+			t.Errorf("UpstreamVars lists %s twice", u.Name)
+		}
+		byName[u.Name] = u
+		if notInSettings[u.Name] == "" {
+			ours = append(ours, u)
+		}
+	}
+	upstream := make(map[string]bool)
+	for _, s := range settings {
+		upstream[s.name] = true
+		u, ok := byName[s.name]
+		switch {
+		case !ok:
+			t.Errorf("upstream's %s (default %q) is not in config.UpstreamVars: honour or refuse it, and list it in docs/envoy.md", s.name, s.def)
+		case u.Default != s.def:
+			t.Errorf("%s: default %q in config.UpstreamVars; upstream's is %q", s.name, u.Default, s.def)
+		}
+	}
+	for _, u := range ours {
+		if !upstream[u.Name] {
+			t.Errorf("config.UpstreamVars lists %s, which upstream's settings.go does not have", u.Name)
+		}
+	}
+	if len(ours) == len(settings) {
+		for i, u := range ours {
+			if u.Name != settings[i].name {
+				t.Errorf("config.UpstreamVars[%d] is %s where upstream's settings.go has %s: keep its order", i, u.Name, settings[i].name)
+				break
+			}
 		}
 	}
 }

@@ -379,12 +379,26 @@ func (c *Core) checkStore(ctx context.Context, p *Compiled, req sluice.Request) 
 
 // Adjust charges (delta > 0) or refunds (delta < 0) the buckets of key
 // under p after the fact: a cost reported by the response, the tokens of
-// a caller that left while held.
+// a caller that left while held. A policy of WindowKey counts in the
+// counter of its caller's identity, which key does not name: adjust it
+// with AdjustRequest and the Verdict's Request, else Adjust would change
+// other Redis keys than its checks count in.
 func (c *Core) Adjust(ctx context.Context, p *Compiled, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
-	return c.adjust(ctx, p, key, delta, rules)
+	return c.adjust(ctx, p, sluice.Request{Key: key, Rules: rules}, delta)
 }
 
-func (c *Core) adjust(ctx context.Context, p *Compiled, key string, delta int64, rules []sluice.Rule) (sluice.Result, error) {
+// AdjustRequest is Adjust of the key and rules of req, the Request of a
+// Verdict of p: under a policy of WindowKey, the counter its check
+// counted in (req.WindowKey, the caller's identity).
+func (c *Core) AdjustRequest(ctx context.Context, p *Compiled, req sluice.Request, delta int64) (sluice.Result, error) {
+	r := sluice.Request{Key: req.Key, Rules: req.Rules}
+	if p.WindowKey {
+		r.WindowKey, r.CountDenied = req.WindowKey, p.CountDenied
+	}
+	return c.adjust(ctx, p, r, delta)
+}
+
+func (c *Core) adjust(ctx context.Context, p *Compiled, req sluice.Request, delta int64) (sluice.Result, error) {
 	if c.storeCtx != nil {
 		ctx = c.storeCtx(ctx, &p.Policy)
 	}
@@ -394,7 +408,7 @@ func (c *Core) adjust(ctx context.Context, p *Compiled, key string, delta int64,
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	res, err := c.store.Adjust(ctx, c.storeRequest(p, sluice.Request{Key: key, Rules: rules}), delta)
+	res, err := c.store.Adjust(ctx, c.storeRequest(p, req), delta)
 	c.metrics.Observe(OpAdjust, time.Since(start), err)
 	if err != nil {
 		c.logStoreError(p, err, "adjust skipped")

@@ -245,7 +245,7 @@ func (c *Core) Reset(ctx context.Context, policyName, identity string) error {
 
 // refill refunds a whole burst, and more, to every bucket of key.
 func (c *Core) refill(ctx context.Context, p *Compiled, key string, rules []sluice.Rule) error {
-	res, err := c.adjust(ctx, p, key, -sluice.MaxBurst, rules)
+	res, err := c.adjust(ctx, p, sluice.Request{Key: key, Rules: rules}, -sluice.MaxBurst)
 	if err == nil && res.DecidedBy.Degraded() {
 		err = fmt.Errorf("httplimit: the store is failing and did not take the reset (decided by %s); retry", res.DecidedBy)
 	}

@@ -96,8 +96,8 @@ type Policy struct {
 	// its counters on Redis, verbatim (sluice.Request.WindowKey): the
 	// Envoy service's envoyproxy/ratelimit-compatible limits, whose
 	// counters a Redis shared with envoyproxy/ratelimit holds under the
-	// same names. It needs CountDenied and one rule; Core.Adjust does not
-	// carry it (no front door adjusts such a policy).
+	// same names. It needs CountDenied and one rule; Core.AdjustRequest
+	// adjusts that counter (Core.Adjust, without the identity, cannot).
 	WindowKey bool
 
 	// Lease, when set, asks for leases of each key's tokens: every store

@@ -414,7 +414,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 // back.
 func (l *Limiter) hold(ctx context.Context, p *policy, rec *AccessRecord, v *decide.Verdict) bool {
 	if !l.wait(ctx, v.Result.Delay) {
-		_, _ = l.core.Adjust(context.WithoutCancel(ctx), p.Compiled, v.Request.Key, -v.Request.Cost, v.Request.Rules)
+		_, _ = l.core.AdjustRequest(context.WithoutCancel(ctx), p.Compiled, v.Request, -v.Request.Cost)
 		v.Outcome = decide.Cancelled
 		p.Count(v.Outcome)
 		rec.decided(v.Outcome, &v.Result)

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os/signal"
+	"syscall"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/gateway"
@@ -24,6 +27,8 @@ applies within about 2 s, and a file that fails keeps the running
 configuration (logged, and counted in sluice_config_reloads_total).
 Counters live in the Redis of REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL
 (those of unit second in the REDIS_PERSECOND_ one with REDIS_PERSECOND=true).
+With any REDIS_STARTUP_ variable set, the listeners open only once Redis
+answers, as there (exit 1 past REDIS_STARTUP_MAX_ELAPSED_TIME).
 
 envoyproxy/ratelimit's statsd counters (ratelimit.service.…) go to
 STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (tcp) every
@@ -33,7 +38,8 @@ A variable sluice does not offer (DogStatsD, memcache, xDS, tracing,
 …) is refused at start when set to anything but its default, with what to
 use instead; docs/envoy.md lists every variable and what sluice does with
 it. Exit status: 2 when the environment or a descriptor file is invalid,
-1 when a listener cannot be opened, 0 after a clean shutdown (SIGTERM:
+1 when a listener cannot be opened or Redis does not answer in
+REDIS_STARTUP_MAX_ELAPSED_TIME, 0 after a clean shutdown (SIGTERM:
 /healthcheck fails at once, then the calls in flight finish).
 `
 
@@ -63,6 +69,20 @@ func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("sluice: " + w)
+	}
+	// REDIS_STARTUP_*: wait for Redis before serving, as upstream does.
+	if b := up.RedisStartup; b != nil {
+		rs := []gateway.StartupRedis{{Name: "REDIS_URL's Redis", Redis: cfg.Store.Redis}}
+		if up.PerSecond != nil {
+			rs = append(rs, gateway.StartupRedis{Name: "the per-second Redis (REDIS_PERSECOND_URL)", Redis: *up.PerSecond})
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		err := gateway.WaitRedis(ctx, rs, *b, log)
+		stop()
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice ratelimit:", err)
+			return 1
+		}
 	}
 	g, err := gateway.New(cfg, "", log)
 	if err != nil {

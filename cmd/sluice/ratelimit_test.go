@@ -34,6 +34,7 @@ type dropIn struct {
 	grpc, http, debug string // host:port
 	signal            func(os.Signal) error
 	log               func() string
+	proc              *server // sluice ratelimit's process; nil for envoyproxy/ratelimit
 }
 
 // startRatelimit runs the sluice binary's `ratelimit` with environ (its
@@ -52,7 +53,7 @@ func startRatelimit(t *testing.T, environ []string) *dropIn {
 			addrs <- m[1:]
 		}
 	})
-	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs}
+	d := &dropIn{name: "sluice ratelimit", signal: s.cmd.Process.Signal, log: s.logs, proc: s}
 	for range 2 {
 		select {
 		case a := <-addrs:
@@ -1099,4 +1100,82 @@ descriptors:
 			}
 		})
 	}
+}
+
+// TestRatelimitRedisStartup: with a REDIS_STARTUP_ variable set, `sluice
+// ratelimit` opens no listener until Redis answers, as envoyproxy/ratelimit
+// waits at start, trying again and again; past
+// REDIS_STARTUP_MAX_ELAPSED_TIME it exits 1 naming the Redis and the
+// variable.
+func TestRatelimitRedisStartup(t *testing.T) {
+	redis := redistest.Start(t, redistest.WithUnixSocket())
+	root := t.TempDir()
+	writeTestFile(t, filepath.Join(envoytest.ConfigDir(root), "d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	// The Redis is reached through a link that is not there yet.
+	link := filepath.Join(t.TempDir(), "redis.sock")
+	env := append(envoytest.Environ(root, link, 0, 0, 0), "REDIS_SOCKET_TYPE=unix", "LOG_LEVEL=info",
+		"REDIS_STARTUP_INITIAL_INTERVAL=20ms", "REDIS_STARTUP_MAX_INTERVAL=100ms")
+
+	t.Run("gives up", func(t *testing.T) {
+		cmd := exec.Command(binary, "ratelimit")
+		cmd.Env = append(slices.Clone(env), "REDIS_STARTUP_MAX_ELAPSED_TIME=500ms")
+		s := launch(t, cmd, func(string) {})
+		select {
+		case <-s.exited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("still running a minute after REDIS_STARTUP_MAX_ELAPSED_TIME=500ms:\n%s", s.logs())
+		}
+		out := s.logs()
+		if s.exitCode != 1 || !strings.Contains(out, "REDIS_URL's Redis: no answer after") || !strings.Contains(out, "REDIS_STARTUP_MAX_ELAPSED_TIME=500ms") ||
+			!strings.Contains(out, "trying again") || strings.Contains(out, "sluice: serving") {
+			t.Errorf("exit %d, output:\n%s\nwant 1 after tries, naming REDIS_URL's Redis and REDIS_STARTUP_MAX_ELAPSED_TIME, nothing served", s.exitCode, out)
+		}
+	})
+
+	t.Run("waits", func(t *testing.T) {
+		cmd := exec.Command(binary, "ratelimit")
+		cmd.Env = slices.Clone(env)
+		tries := make(chan struct{}, 100)
+		serving := make(chan struct{}, 1)
+		s := launch(t, cmd, func(line string) {
+			switch {
+			case strings.Contains(line, "trying again"):
+				select {
+				case tries <- struct{}{}:
+				default:
+				}
+			case strings.Contains(line, "sluice: serving"):
+				serving <- struct{}{}
+			}
+		})
+		for range 3 {
+			select {
+			case <-tries:
+			case <-serving:
+				t.Fatalf("served before Redis answered:\n%s", s.logs())
+			case <-s.exited:
+				t.Fatalf("exited %d while Redis did not answer, REDIS_STARTUP_MAX_ELAPSED_TIME unset (wait as long as it takes):\n%s", s.exitCode, s.logs())
+			case <-time.After(60 * time.Second):
+				t.Fatalf("no retry logged in a minute:\n%s", s.logs())
+			}
+		}
+		select {
+		case <-serving:
+			t.Fatalf("served before Redis answered:\n%s", s.logs())
+		default:
+		}
+		if err := os.Symlink(redis.UnixSocket(), link); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-serving:
+		case <-s.exited:
+			t.Fatalf("exited %d:\n%s", s.exitCode, s.logs())
+		case <-time.After(60 * time.Second):
+			t.Fatalf("not serving a minute after Redis answers:\n%s", s.logs())
+		}
+		if out := s.logs(); !strings.Contains(out, "Redis answers") {
+			t.Errorf("output:\n%s\nwant the wait's end logged", out)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -363,4 +364,55 @@ func lines(m map[string]uint64) []string {
 		out = append(out, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return out
+}
+
+// TestRatelimitStatsdFlushAtStop: `sluice ratelimit` sends the counts of
+// its last flush interval to the statsd when it stops (SIGTERM), then
+// exits 0: with STATS_FLUSH_INTERVAL=1h no flush comes before, so every
+// count the statsd gets is that last one's.
+func TestRatelimitStatsdFlushAtStop(t *testing.T) {
+	redis := redistest.Start(t, redistest.WithUnixSocket())
+	root := t.TempDir()
+	writeTestFile(t, filepath.Join(envoytest.ConfigDir(root), "s.yaml"), "domain: s\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	statsd := newStatsdSink(t, "tcp")
+	env := append(envoytest.Environ(root, redis.UnixSocket(), 0, 0, 0), "REDIS_SOCKET_TYPE=unix", "LOG_LEVEL=info",
+		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(statsd.port), "STATSD_PROTOCOL=tcp", "STATS_FLUSH_INTERVAL=1h")
+	s := startRatelimit(t, env)
+	c := envoytest.Dial(t, "sluice ratelimit", s.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, r := envoytest.Descriptor, envoytest.Request
+	for range 5 {
+		if _, err := c.Record(ctx, r("s", 0, d("user", "a"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := statsd.counters("ratelimit."); len(got) > 0 {
+		t.Fatalf("counters before the stop, with STATS_FLUSH_INTERVAL=1h: %v", got)
+	}
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.proc.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("still running a minute after SIGTERM:\n%s", s.log())
+	}
+	if s.proc.exitCode != 0 {
+		t.Errorf("exit %d after SIGTERM; want 0:\n%s", s.proc.exitCode, s.log())
+	}
+	// The process has gone; its connection's last bytes may still be
+	// read by the listener: wait for them, within a deadline for a busy
+	// machine.
+	const key = "ratelimit.service.rate_limit.s.user."
+	want := map[string]uint64{key + "total_hits": 5, key + "over_limit": 2, key + "within_limit": 3, key + "near_limit": 1, "ratelimit.service.config_load_success": 1}
+	var got map[string]uint64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = statsd.counters("ratelimit."); maps.Equal(got, want) {
+			break
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the statsd got %v after the stop; want %v", got, want)
+	}
 }

@@ -68,9 +68,10 @@ type Gateway struct {
 	tracing *tracing     // nil: off (tracing.go)
 	tracer  trace.Tracer // tracing's, or nil
 
-	store      sluice.Store // what the policies check
-	probes     []probe      // what /readyz asks: each store itself, without failure policy
-	resilient  bool         // store is a resilient layer in front of Redis
+	store      sluice.Store        // what the policies check
+	probes     []probe             // what /readyz asks: each store itself, without failure policy
+	layers     []resilient.Options // of each resilient layer built, REDIS_URL's first (tests read them)
+	resilient  bool                // store is a resilient layer in front of Redis
 	closeStore func() error
 
 	state atomic.Pointer[state]
@@ -233,6 +234,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 		}
 	}
 	rs := resilient.New(all, opts)
+	g.layers = append(g.layers, opts)
 	g.redisClient = client
 	g.store, g.resilient = rs, true
 	g.probes = []probe{{store: raw, eviction: eviction}}

@@ -69,6 +69,7 @@ func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter t
 		opts.Registerer = prometheus.WrapRegistererWithPrefix("persecond_", opts.Registerer)
 	}
 	rs := resilient.New(all, opts)
+	g.layers = append(g.layers, opts)
 	g.perSecondClient = client
 	g.probes = append(g.probes, probe{name: "the per-second Redis (REDIS_PERSECOND_URL)", store: raw, eviction: eviction, timeout: r.Timeout})
 	return rs, func() {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -109,5 +110,65 @@ func TestWatchUpstreamDirectory(t *testing.T) {
 	w.waitLog(t, "fortnight")
 	if limit("team", "user") != 5 {
 		t.Errorf("after an invalid file: team %d; want the running 5", limit("team", "user"))
+	}
+}
+
+// TestUpstreamLocalCacheSplit: LOCAL_CACHE_SIZE_IN_BYTES bounds the denial
+// caches of `sluice ratelimit` together: one cache of that many bytes, or,
+// with REDIS_PERSECOND=true, half of it for each Redis's resilient layer,
+// never more in all (resilient's TestDenialCacheBytesBound holds each
+// cache to its bytes); 0 is no cache; below 512 KiB it is 512 KiB, as
+// there.
+func TestUpstreamLocalCacheSplit(t *testing.T) {
+	main, persec := redistest.Start(t, redistest.WithUnixSocket()), redistest.Start(t, redistest.WithUnixSocket())
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "rl", "config", "d"), rlsFile("d", "k", 3))
+	base := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=rl", "REDIS_URL=" + main.UnixSocket(), "USE_STATSD=false"}
+	twoRedis := []string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=" + persec.UnixSocket()}
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		bytes []int64 // each layer's DenialCacheBytes; nil: no cache
+	}{
+		{"off", []string{"LOCAL_CACHE_SIZE_IN_BYTES=0"}, nil},
+		{"off, two Redis", append([]string{"LOCAL_CACHE_SIZE_IN_BYTES=0"}, twoRedis...), nil},
+		{"one Redis", []string{"LOCAL_CACHE_SIZE_IN_BYTES=1000001"}, []int64{1000001}},
+		{"two Redis", append([]string{"LOCAL_CACHE_SIZE_IN_BYTES=1000001"}, twoRedis...), []int64{500000, 500000}},
+		{"the least, two Redis", append([]string{"LOCAL_CACHE_SIZE_IN_BYTES=1000"}, twoRedis...), []int64{config.MinLocalCacheBytes / 2, config.MinLocalCacheBytes / 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.FromUpstreamEnv(append(slices.Clone(base), tc.env...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := New(cfg, "", slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			layers := 1
+			if cfg.EnvoyRLS.Upstream.PerSecond != nil {
+				layers = 2
+			}
+			if len(g.layers) != layers {
+				t.Fatalf("%d resilient layers; want %d", len(g.layers), layers)
+			}
+			var sum int64
+			for i, o := range g.layers {
+				switch {
+				case tc.bytes == nil && o.DenialCacheSize >= 0:
+					t.Errorf("layer %d: DenialCacheSize %d, DenialCacheBytes %d; want no denial cache (negative size)", i, o.DenialCacheSize, o.DenialCacheBytes)
+				case tc.bytes != nil && (o.DenialCacheBytes != tc.bytes[i] || o.DenialCacheSize != 0):
+					t.Errorf("layer %d: DenialCacheBytes %d (size %d); want %d bytes (size 0: bounded in bytes alone)", i, o.DenialCacheBytes, o.DenialCacheSize, tc.bytes[i])
+				}
+				sum += o.DenialCacheBytes
+			}
+			if limit := cfg.EnvoyRLS.Upstream.LocalCacheBytes; sum > limit {
+				t.Errorf("the denial caches may hold %d bytes in all; LOCAL_CACHE_SIZE_IN_BYTES gives %d", sum, limit)
+			}
+		})
 	}
 }

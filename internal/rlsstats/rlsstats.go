@@ -5,10 +5,12 @@
 // unknown domain <domain>.domain_not_found; the call counters
 // ratelimit.service.call.should_rate_limit.redis_error and service_error;
 // ratelimit.service.config_load_success, config_load_error and
-// global_shadow_mode. It uses envoyproxy/ratelimit's own statsd client
-// (github.com/lyft/gostats), so that the wire form, the tags of EXTRA_TAGS
+// global_shadow_mode. It counts with envoyproxy/ratelimit's own stats
+// library (github.com/lyft/gostats), so that the tags of EXTRA_TAGS
 // (".__key=value" after each name) and the flush (the counts since the
-// last flush, none of zero) are the same.
+// last flush, none of zero) are the same, and writes that client's wire
+// form through a sink of its own (netSink), which has no goroutine and
+// closes: Close sends the last counts and leaves nothing running.
 //
 // Nothing here is on a call's path beyond atomic adds: the counters of a
 // descriptor file's limit are made once per loaded configuration and
@@ -45,6 +47,7 @@ const MaxDynamic = 10_000
 // every method may be called on it.
 type Stats struct {
 	store  gostats.Store
+	sink   *netSink
 	rl     gostats.Scope // ratelimit.service.rate_limit
 	ratio  float32
 	cancel chan struct{}
@@ -91,21 +94,21 @@ func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 	if s.FlushInterval <= 0 {
 		return nil, fmt.Errorf("rlsstats: flush interval %v: want a positive duration", s.FlushInterval)
 	}
-	// gostats reads its own variables (GOSTATS_*, STATSD_*) from the
-	// process's environment before the options apply, and panics on a
-	// malformed one: say so as an error.
-	defer func() {
-		if r := recover(); r != nil {
-			st, err = nil, fmt.Errorf("rlsstats: the statsd client refused the environment: %v", r)
-		}
-	}()
-	sink := gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(p),
-		gostats.WithStatsdProtocol(s.Protocol), gostats.WithLogger(logger{log}))
+	if p < 0 || p > 65535 {
+		return nil, fmt.Errorf("rlsstats: port %d: want 0 to 65535", p)
+	}
+	switch s.Protocol {
+	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+	default:
+		return nil, fmt.Errorf("rlsstats: protocol %q: want tcp or udp", s.Protocol)
+	}
+	sink := newSink(s.Protocol, net.JoinHostPort(host, port), log)
 	store := gostats.NewStore(sink, false)
 	service := store.ScopeWithTags("ratelimit", s.Tags).Scope("service")
 	call := service.Scope("call.should_rate_limit")
 	st = &Stats{
 		store:             store,
+		sink:              sink,
 		rl:                service.Scope("rate_limit"),
 		ratio:             float32(s.NearLimitRatio),
 		maxDyn:            MaxDynamic,
@@ -136,13 +139,17 @@ func (s *Stats) run(every time.Duration) {
 	}
 }
 
-// Close flushes what was counted since the last flush and stops.
+// Close flushes what was counted since the last flush, writes it to the
+// statsd (or gives up on it within about two seconds when the statsd does
+// not answer), closes the connection and stops: when it returns, nothing
+// of s runs.
 func (s *Stats) Close() {
 	if s == nil {
 		return
 	}
 	s.once.Do(func() { close(s.cancel) })
 	<-s.done
+	s.sink.Close()
 }
 
 // Flush sends what was counted since the last flush now.
@@ -319,21 +326,6 @@ func Sanitize(key string) string {
 	return dottedQuad.ReplaceAllStringFunc(colonPipe.Replace(key), func(ip string) string {
 		return strings.ReplaceAll(ip, ".", "_")
 	})
-}
-
-// logger passes the statsd client's errors to slog, at debug level: a
-// statsd that is not there (the default localhost:8125 without a
-// sidecar) is not an error of the service.
-type logger struct{ l *slog.Logger }
-
-func (g logger) Debugf(format string, args ...any) {
-	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
-}
-func (g logger) Warnf(format string, args ...any) {
-	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
-}
-func (g logger) Errorf(format string, args ...any) {
-	g.l.Debug("statsd: " + fmt.Sprintf(format, args...))
 }
 
 // Hits counts cost hits in total_hits alone, for a descriptor whose

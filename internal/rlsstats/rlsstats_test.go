@@ -227,3 +227,65 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWritesAndHangsUp: Close sends what was counted since the last
+// flush to the statsd (tcp, upstream's default; no flush came before, the
+// interval being an hour) and closes the connection: the statsd reads the
+// counts, then the end of the stream.
+func TestCloseWritesAndHangsUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	st, err := New(config.Statsd{Addr: ln.Addr().String(), Protocol: "tcp", FlushInterval: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.ConfigLoad(true)
+	st.ConfigLoad(true)
+	st.RedisError()
+	closed := make(chan struct{})
+	go func() { st.Close(); close(closed) }()
+	// A deadline for a broken Close only: a working one ends the stream
+	// at once.
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(30 * time.Second))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the statsd got no connection: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Errorf("read %q, then %v; want the stream to end (Close hangs up)", got, err)
+	}
+	for _, want := range []string{"ratelimit.service.config_load_success:2|c\n", "ratelimit.service.call.should_rate_limit.redis_error:1|c\n"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("the statsd read %q; want %q in it", got, want)
+		}
+	}
+	<-closed
+}
+
+// TestCloseWithoutStatsd: with no statsd listening, Close gives the last
+// counts up and returns, and a closed Stats sends nothing more.
+func TestCloseWithoutStatsd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	st, err := New(config.Statsd{Addr: addr, Protocol: "tcp", FlushInterval: time.Hour}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.ConfigLoad(true)
+	start := time.Now()
+	st.Close()
+	t.Logf("Close without a statsd took %v", time.Since(start))
+	st.Close() // twice is fine
+	st.ConfigLoad(true)
+	st.Flush()
+}
