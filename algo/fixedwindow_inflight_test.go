@@ -91,16 +91,26 @@ func TestFixedWindowCountersExactAndExpiringAcrossClients(t *testing.T) {
 	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)) // frozen: one window for the whole test
 	const jitter = 7
 	rules := []sluice.Rule{{Rate: 1e6 / 3600.0, Burst: 1e6}}
+	// No read deadline and no retry: a pipeline that timed out on a
+	// loaded machine would be sent again by go-redis, counting its hits
+	// twice, which is the client's doing, not what this test holds.
+	client := func() *redis.Client {
+		o := srv.Options()
+		o.ReadTimeout, o.WriteTimeout, o.MaxRetries = -1, -1, -1
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
 	var stores []sluice.Store
 	for range 2 {
-		rs, err := Redis(FixedWindow, srv.Client(t), RedisOptions{Now: c.Now, ExpiryJitter: jitter * time.Second})
+		rs, err := Redis(FixedWindow, client(), RedisOptions{Now: c.Now, ExpiryJitter: jitter * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rs.Close()
 		stores = append(stores, rs)
 	}
-	upstream := srv.Client(t)
+	upstream := client()
 	const keys, callers, checks = 300, 12, 200
 	window := CounterKey("", rules[0], c.Now()) // the window's start, in Unix seconds
 	var want [keys]atomic.Int64
