@@ -23,6 +23,17 @@ import (
 // before a check is the total less the costs of the checks after it. A
 // batch of checks that take nothing reads the counter with GET.
 
+// counterInFlight is the batches of counter ops on their way at once
+// when RedisOptions.Coalesce does not say (redisstore.Coalesce's
+// MaxInFlight; the script's ops keep its default of 2). At uniform keys a
+// counter op is an INCRBY and an EXPIRE, about 1 µs of Redis's time
+// pipelined, while each round trip costs Redis a read, a write and a
+// wake-up of several µs: with one batch in flight, measured on 2 cores
+// with the Envoy service at 32 and 128 callers, a round trip carries 7–10
+// decisions instead of 4–5 (BENCHMARKS.md, 5 December 2026: Redis CPU per
+// decision). A lone check still goes at once.
+const counterInFlight = 1
+
 // CounterKey is the Redis key of the fixed window counter of a check of
 // sluice.Request.WindowKey windowKey under rule r at now: windowKey
 // followed by the start of r's window in Unix seconds.

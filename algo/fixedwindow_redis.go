@@ -41,6 +41,7 @@ type fixedWindowRedis struct {
 	now      func() time.Time
 	marginMs int64
 	batcher  coalesce.Queue[fwOp] // nil: every op in a call of its own; on a Cluster, a queue per master
+	counters coalesce.Queue[fwOp] // the counter ops' own queue (fixedwindow_counter.go); nil with batcher
 
 	bySlot   bool                   // a script call per Cluster slot: not known to be one server
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
@@ -69,6 +70,18 @@ func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions
 		}
 		s.batcher = coalesce.NewQueue(coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight},
 			redisstore.ErrClosed, s.send, client, s.opKey)
+		// The counters queue apart from the script's ops, so that a batch
+		// is one round trip, and with one batch in flight unless told
+		// otherwise: their commands cost Redis less than the read and the
+		// write of a round trip, so a batch twice as large (what queues
+		// while the one before is on its way) halves what Redis spends on
+		// round trips per decision, and Redis, idle between two batches,
+		// is not what bounds the decisions (counterInFlight).
+		cc := coalesce.Options{MaxBatch: c.MaxBatch, MaxWait: c.MaxWait, MaxInFlight: c.MaxInFlight}
+		if cc.MaxInFlight <= 0 {
+			cc.MaxInFlight = counterInFlight
+		}
+		s.counters = coalesce.NewQueue(cc, redisstore.ErrClosed, s.sendCounters, client, s.opKey)
 	}
 	return s
 }
@@ -101,6 +114,7 @@ func (s *fixedWindowRedis) Algorithm() string { return FixedWindow }
 func (s *fixedWindowRedis) Close() error {
 	if s.batcher != nil {
 		s.batcher.Close()
+		s.counters.Close()
 	}
 	return nil
 }
@@ -140,6 +154,9 @@ func (s *fixedWindowRedis) Adjust(ctx context.Context, req sluice.Request, delta
 
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {
 	if s.batcher != nil {
+		if o.counter != "" {
+			return s.counters.Do(ctx, o)
+		}
 		return s.batcher.Do(ctx, o)
 	}
 	var res [1]sluice.Result

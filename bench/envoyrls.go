@@ -182,6 +182,28 @@ func RedisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 	return time.Duration(total * float64(time.Second)), nil
 }
 
+// RedisReads returns the reads Redis has made from its clients' sockets
+// (INFO stats total_reads_processed): a read takes what a client wrote
+// since the last one, so reads per decision tell how many decisions a
+// round trip carries.
+func RedisReads(ctx context.Context, c *redis.Client) (int64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("bench: INFO stats: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && name == "total_reads_processed" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: INFO stats: %s is %q, not a number", name, v)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("bench: INFO stats has no total_reads_processed (Redis before 6.0?)")
+}
+
 // RLSConfig is a sluice serve configuration for the Envoy benchmark: the
 // rate limit service on rlsListen with the descriptor files of configDir,
 // counters in the Redis at redisAddr.

@@ -154,6 +154,10 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	reads0, err := bench.RedisReads(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
 	var prof *profiler
 	if pprofDir != "" && s.admin != "" {
 		if prof, err = startProfiles(s.admin, run, dur); err != nil {
@@ -181,7 +185,11 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
-	printCommandStats(s.name, cmd0, cmd1, r.Decisions)
+	reads1, err := bench.RedisReads(ctx, admin)
+	if err != nil {
+		return envoyRun{}, err
+	}
+	printCommandStats(s.name, cmd0, cmd1, reads1-reads0, r.Decisions)
 	if r.Failed > 0 && !tolerateFailed {
 		return envoyRun{}, fmt.Errorf("%s: %d of %d checks failed or were denied; log: %s", s.name, r.Failed, r.Failed+r.Decisions, s.p.logTail())
 	}
@@ -190,7 +198,10 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 
 // printCommandStats prints, for each Redis command the run called, its
 // calls per decision and the microseconds Redis spent in each call.
-func printCommandStats(name string, before, after map[string]bench.CommandStat, decisions int64) {
+// The reads are Redis's reads of its clients' sockets (the INFO calls'
+// own included): decisions per read is about how many a round trip
+// carries.
+func printCommandStats(name string, before, after map[string]bench.CommandStat, reads, decisions int64) {
 	if decisions == 0 {
 		return
 	}
@@ -205,7 +216,7 @@ func printCommandStats(name string, before, after map[string]bench.CommandStat, 
 	}
 	slices.Sort(parts)
 	if len(parts) > 0 {
-		fmt.Fprintf(os.Stderr, "      Redis commands of %s: %s\n", name, strings.Join(parts, "; "))
+		fmt.Fprintf(os.Stderr, "      Redis commands of %s: %s; %.2f decisions per read\n", name, strings.Join(parts, "; "), float64(decisions)/float64(max(reads, 1)))
 	}
 }
 

@@ -53,6 +53,28 @@ func stats(c *redis.Client) (usec float64, calls map[string]float64) {
 	return
 }
 
+// server returns Redis's CPU time (user and system) and the reads and
+// writes of its clients' sockets so far.
+func server(c *redis.Client) (cpu time.Duration, reads, writes float64) {
+	s := c.Info(context.Background(), "cpu", "stats").Val()
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		switch k {
+		case "used_cpu_sys", "used_cpu_user":
+			cpu += time.Duration(f * 1e9)
+		case "total_reads_processed":
+			reads = f
+		case "total_writes_processed":
+			writes = f
+		}
+	}
+	return
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6399", "")
 	n := flag.Int("n", 40000, "decisions")
@@ -90,6 +112,7 @@ func main() {
 				c.FlushAll(ctx)
 				_ = sl("warm") // the script loaded
 				c.ConfigResetStat(ctx)
+				cpu0, _, _ := server(c)
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				for range callers {
@@ -103,8 +126,9 @@ func main() {
 				}
 				wg.Wait()
 				usec, calls := stats(c)
-				fmt.Printf("keys=%-6d callers=%-2d %-10s %6.2f µs/decision  get %.2f set %.2f evalsha %.3f incrby %.2f expire %.2f per decision\n",
-					keys, callers, l.name, usec/float64(*n), calls["get"]/float64(*n), calls["set"]/float64(*n), calls["evalsha"]/float64(*n), calls["incrby"]/float64(*n), calls["expire"]/float64(*n))
+				cpu1, reads, _ := server(c)
+				fmt.Printf("keys=%-6d callers=%-2d %-10s %6.2f µs/decision (INFO cpu %6.2f, reads %.3f)  get %.2f set %.2f evalsha %.3f incrby %.2f expire %.2f per decision\n",
+					keys, callers, l.name, usec/float64(*n), float64((cpu1-cpu0).Microseconds())/float64(*n), reads/float64(*n), calls["get"]/float64(*n), calls["set"]/float64(*n), calls["evalsha"]/float64(*n), calls["incrby"]/float64(*n), calls["expire"]/float64(*n))
 			}
 		}
 	}
