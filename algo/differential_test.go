@@ -23,7 +23,7 @@ var ctx = context.Background()
 // client-clock mode.
 func TestRedisAgreesWithMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client := srv.ExactClient(t)
 	ruleSets := [][]sluice.Rule{
 		{{Rate: 1, Burst: 3}},
 		{{Rate: 10, Burst: 20}},

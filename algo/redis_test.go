@@ -21,7 +21,7 @@ import (
 // they were.
 func TestExpiryOnEveryPath(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client := srv.ExactClient(t)
 	// W = 5 s: a bucket emptied here is not full again, nor a window
 	// over, before the next step, however long a loaded machine stalls
 	// between two steps (up to seconds).
@@ -121,7 +121,7 @@ func waitForWindowStart(t *testing.T, client *redis.Client, w time.Duration) {
 // slot's tag, and exhausting one leaves the other untouched.
 func TestKeysPerAlgorithm(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client := srv.ExactClient(t)
 	seen := map[string]string{}
 	rules := []sluice.Rule{{Rate: 1, Burst: 3}}
 	for _, name := range Names() {
@@ -155,7 +155,7 @@ func TestKeysPerAlgorithm(t *testing.T) {
 
 func TestRedisReloadsScriptAfterFlush(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client := srv.ExactClient(t)
 	for _, name := range Names()[1:] {
 		s, _ := Redis(name, client, RedisOptions{})
 		req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 10}}}

@@ -18,7 +18,7 @@ import (
 // MaxLogBurst instead of growing without bound.
 func TestAlgorithmsSaturate(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client := srv.ExactClient(t)
 	slowest := 1 / sluice.MaxRefillTime.Seconds()
 	for _, name := range Names()[1:] {
 		t.Run(name, func(t *testing.T) {
