@@ -71,6 +71,11 @@ type EnvoyRLS struct {
 	// RESOURCE_EXHAUSTED. 0 (the default): 16 per CPU.
 	MaxInFlightPerDomain int           `yaml:"max_in_flight_per_domain"`
 	DomainWait           time.Duration `yaml:"domain_wait"`
+	// BusyDomainRest paces a domain beyond MaxInFlightPerDomain while
+	// another domain is called: each of its calls holds its slot for
+	// this many times as long as it took, at most DomainWait, before it is
+	// answered. 0 (the default): 64; -1: no pacing.
+	BusyDomainRest int `yaml:"busy_domain_rest"`
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; INVALID_ARGUMENT beyond.
 	MaxDescriptors int `yaml:"max_descriptors"`

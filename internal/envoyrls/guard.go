@@ -248,7 +248,17 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, status.Errorf(codes.ResourceExhausted, "sluice is deciding as many calls of domain %q as it may at once (envoy_rls.max_in_flight_per_domain %d) and none ended within %v; retry shortly", name, s.opts.MaxInFlightPerDomain, s.opts.DomainWait)
 	}
 	defer s.domains.release(name, dm)
-	return handler(ctx, req)
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	if rest := s.domains.rest(name, dm, time.Since(start)); rest > 0 {
+		t := time.NewTimer(rest)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return resp, err
 }
 
 // domainSlots lets MaxInFlightPerDomain calls of each domain be decided
@@ -258,12 +268,38 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // and is refused when the wait would be longer than Envoy waits for an
 // answer. It holds only the domains with calls in flight, so that
 // domains a client makes up cost nothing once their calls end.
+//
+// A domain beyond its share (calls of it waiting for a slot) while
+// another domain was called within the last second is paced: each of its
+// calls, once decided, holds its slot resting, parked, for restFactor
+// times as long as it took, at most wait, before it is answered. Its
+// slots are then busy at most 1/(restFactor+1) of the time, so that a
+// flood of calls that cost CPU to decide (the memory store) cannot keep
+// every CPU of the process busy: a process that is always runnable waits
+// its turn at the operating system's scheduler on a loaded machine, and
+// the other domains' calls with it (docs/envoy.md, "A domain's flood").
 type domainSlots struct {
-	max  int
-	wait time.Duration
-	mu   sync.Mutex
-	n    map[string]*domain
+	max        int
+	wait       time.Duration
+	restFactor int // 0: no pacing
+	mu         sync.Mutex
+	n          map[string]*domain
+	// recent holds the last two domains called, each with its last call,
+	// most recent first, so that rest knows whether another domain than
+	// the one paced is being called without a map of every domain.
+	recent [2]called
 }
+
+// called is a domain and when it was last called.
+type called struct {
+	name string
+	at   time.Time
+}
+
+// otherDomainWithin is how recently another domain must have been called
+// for a domain beyond its share to be paced: alone, a domain keeps the
+// whole process.
+const otherDomainWithin = time.Second
 
 type domain struct {
 	slots chan struct{}
@@ -274,6 +310,9 @@ type domain struct {
 // within the wait or before ctx ended.
 func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
 	d.mu.Lock()
+	if d.restFactor > 0 {
+		d.seen(name, time.Now())
+	}
 	dm := d.n[name]
 	if dm == nil {
 		dm = &domain{slots: make(chan struct{}, d.max)}
@@ -296,6 +335,35 @@ func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
 	}
 	d.leave(name, dm)
 	return nil
+}
+
+// seen records a call of name at now, under mu.
+func (d *domainSlots) seen(name string, now time.Time) {
+	if d.recent[0].name != name {
+		d.recent[1] = d.recent[0]
+	}
+	d.recent[0] = called{name, now}
+}
+
+// rest returns how long a call of name that took took should hold its
+// slot before it is answered: restFactor times took, at most wait, while
+// calls of name wait for a slot and another domain was called lately;
+// else 0.
+func (d *domainSlots) rest(name string, dm *domain, took time.Duration) time.Duration {
+	if d.restFactor <= 0 {
+		return 0
+	}
+	d.mu.Lock()
+	over := dm.users > d.max
+	other := d.recent[0]
+	if other.name == name {
+		other = d.recent[1]
+	}
+	d.mu.Unlock()
+	if !over || other.at.IsZero() || time.Since(other.at) > otherDomainWithin {
+		return 0
+	}
+	return min(time.Duration(d.restFactor)*took, d.wait)
 }
 
 func (d *domainSlots) release(name string, dm *domain) {

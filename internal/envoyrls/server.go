@@ -50,6 +50,12 @@ type Options struct {
 	// DomainWait bounds a call's wait for its domain's slot; default
 	// 100ms.
 	DomainWait time.Duration
+	// BusyDomainRest paces a domain beyond MaxInFlightPerDomain while
+	// another domain is called: each of its calls, once decided, holds
+	// its slot for BusyDomainRest times as long as it took (at most
+	// DomainWait) before it is answered. Default DefaultBusyDomainRest;
+	// negative: no pacing.
+	BusyDomainRest int
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; beyond them a call gets INVALID_ARGUMENT.
 	// Defaults 64 and 32.
@@ -92,6 +98,12 @@ type Options struct {
 // GOMAXPROCS. A call spends most of its time waiting for the store, so
 // a worker per CPU would leave most calls without one.
 const StreamWorkersPerCPU = 16
+
+// DefaultBusyDomainRest is the default of Options.BusyDomainRest: with
+// the default share of 16 calls per CPU, the slots of a domain beyond it
+// are busy at most 16/65 of the time per CPU, a quarter of the process's
+// CPUs when its calls cost CPU alone (docs/envoy.md, "A domain's flood").
+const DefaultBusyDomainRest = 64
 
 // MinStreamWorkers is the least default of Options.StreamWorkers. A call
 // is in flight for as long as its store call takes, however few the CPUs:
@@ -148,7 +160,7 @@ func New(source Source, opts Options) *Server {
 	}
 	opts.defaultBounds()
 	s := &Server{opts: opts, health: health.NewServer(), perIP: connlimit.NewCounter(opts.MaxStreamsPerIP, opts.IPv6Prefix),
-		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, n: make(map[string]*domain)}}
+		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, restFactor: max(opts.BusyDomainRest, 0), n: make(map[string]*domain)}}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, 1<<20))),
@@ -184,6 +196,9 @@ func (o *Options) defaultBounds() {
 	def(&o.MaxInFlightPerDomain, min(o.MaxInFlight, StreamWorkersPerCPU*runtime.GOMAXPROCS(0)))
 	def(&o.MaxDescriptors, 64)
 	def(&o.MaxEntries, 32)
+	if o.BusyDomainRest == 0 {
+		o.BusyDomainRest = DefaultBusyDomainRest
+	}
 	if o.DomainWait <= 0 {
 		o.DomainWait = 100 * time.Millisecond
 	}

@@ -648,6 +648,7 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		FirstMessageTimeout:     cfg.EnvoyRLS.FirstMessageTimeout,
 		MaxInFlightPerDomain:    cfg.EnvoyRLS.MaxInFlightPerDomain,
 		DomainWait:              cfg.EnvoyRLS.DomainWait,
+		BusyDomainRest:          cfg.EnvoyRLS.BusyDomainRest,
 		MaxDescriptors:          cfg.EnvoyRLS.MaxDescriptors,
 		MaxEntries:              cfg.EnvoyRLS.MaxEntries,
 		Rejected:                func(reason string) { g.rejected("envoy_rls", reason) },
