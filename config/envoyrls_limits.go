@@ -69,8 +69,8 @@ func (v *validator) envoyRLSLimits() {
 	if in := v.c.Server.MaxInFlight; e.MaxInFlightPerDomain < 0 || (in >= 1 && e.MaxInFlightPerDomain > in) {
 		v.fail("envoy_rls.max_in_flight_per_domain", "%d: want the most calls of one domain decided at once, up to server.max_in_flight (%d), such as 64; 0: 16 per CPU", e.MaxInFlightPerDomain, in)
 	}
-	if e.BusyDomainRest < -1 || e.BusyDomainRest > maxRLSCallBound {
-		v.fail("envoy_rls.busy_domain_rest", "%d: want how many times its own decision time a call of a domain beyond max_in_flight_per_domain holds its slot before it is answered, from 1 to %d, such as 64; 0: 64; -1: no pacing", e.BusyDomainRest, maxRLSCallBound)
+	if e.BusyDomainRest < 0 || e.BusyDomainRest > maxRLSCallBound {
+		v.fail("envoy_rls.busy_domain_rest", "%d: want how many times its own decision time a call of a domain beyond max_in_flight_per_domain holds its slot before it is answered, from 1 to %d, such as 64; 0: no pacing", e.BusyDomainRest, maxRLSCallBound)
 	}
 	if e.DomainWait < 0 || e.DomainWait > time.Minute {
 		v.fail("envoy_rls.domain_wait", "%v: want how long a call may wait for one of its domain's max_in_flight_per_domain, up to 1m, such as 100ms", e.DomainWait)

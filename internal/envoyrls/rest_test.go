@@ -10,7 +10,7 @@ import (
 // domain is beyond its share and another domain was called within
 // otherDomainWithin: restFactor times the call's time, at most the wait;
 // never without a factor. TestDomainFlood (internal/e2e) shows what it is
-// for: it fails with envoy_rls.busy_domain_rest: -1.
+// for: it fails with envoy_rls.busy_domain_rest: 0 (the default).
 func TestBusyDomainRest(t *testing.T) {
 	d := &domainSlots{max: 1, wait: time.Second, restFactor: 4, n: make(map[string]*domain)}
 	ctx := context.Background()

@@ -53,8 +53,10 @@ type Options struct {
 	// BusyDomainRest paces a domain beyond MaxInFlightPerDomain while
 	// another domain is called: each of its calls, once decided, holds
 	// its slot for BusyDomainRest times as long as it took (at most
-	// DomainWait) before it is answered. Default DefaultBusyDomainRest;
-	// negative: no pacing.
+	// DomainWait) before it is answered. 0 or negative (the default): no
+	// pacing. The time counted is the call's, the store's included, so a
+	// domain whose decisions wait on Redis is paced to far fewer calls a
+	// second than its CPU allows: off unless asked for.
 	BusyDomainRest int
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; beyond them a call gets INVALID_ARGUMENT.
@@ -98,12 +100,6 @@ type Options struct {
 // GOMAXPROCS. A call spends most of its time waiting for the store, so
 // a worker per CPU would leave most calls without one.
 const StreamWorkersPerCPU = 16
-
-// DefaultBusyDomainRest is the default of Options.BusyDomainRest: with
-// the default share of 16 calls per CPU, the slots of a domain beyond it
-// are busy at most 16/65 of the time per CPU, a quarter of the process's
-// CPUs when its calls cost CPU alone (docs/envoy.md, "A domain's flood").
-const DefaultBusyDomainRest = 64
 
 // MinStreamWorkers is the least default of Options.StreamWorkers. A call
 // is in flight for as long as its store call takes, however few the CPUs:
@@ -196,9 +192,6 @@ func (o *Options) defaultBounds() {
 	def(&o.MaxInFlightPerDomain, min(o.MaxInFlight, StreamWorkersPerCPU*runtime.GOMAXPROCS(0)))
 	def(&o.MaxDescriptors, 64)
 	def(&o.MaxEntries, 32)
-	if o.BusyDomainRest == 0 {
-		o.BusyDomainRest = DefaultBusyDomainRest
-	}
 	if o.DomainWait <= 0 {
 		o.DomainWait = 100 * time.Millisecond
 	}
