@@ -11,12 +11,6 @@ import (
 	"time"
 )
 
-// Issue 22, item 1, through the gateway: on the in-memory store at its
-// cap, a client that spent its window floods the gateway with requests
-// from other addresses until its own key is evicted, and comes back. On
-// every algorithm beside the token bucket (memflood_test.go has that one)
-// it is still refused, with a wait of about what it owed; new addresses
-// are served all but a few in a hundred.
 // awayFromYearEdge waits, when the epoch-aligned window of a rule of n
 // per 8760h (burst n: a window of 365 days) ends within ten minutes, until
 // the next one has begun: a test of such a rule then meets no window edge
@@ -28,6 +22,12 @@ func awayFromYearEdge() {
 	}
 }
 
+// Issue 22, item 1, through the gateway: on the in-memory store at its
+// cap, a client that spent its window floods the gateway with requests
+// from other addresses until its own key is evicted, and comes back. On
+// every algorithm beside the token bucket (memflood_test.go has that one)
+// it is still refused, with a wait of about what it owed; new addresses
+// are served all but a few in a hundred.
 func TestMemoryCapFloodKeepsAWindowClientLimited(t *testing.T) {
 	// A window of 365 days (the longest a rate may take to refill), so that
 	// no window edge falls within the test but once in a year.
