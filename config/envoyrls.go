@@ -74,8 +74,8 @@ type EnvoyRLS struct {
 	// BusyDomainRest paces a domain beyond MaxInFlightPerDomain while
 	// another domain is called: each of its calls holds its slot for
 	// this many times as long as it took, at most DomainWait, before it is
-	// answered. 0 (the default): no pacing; such as 64. Off by default:
-	// it caps a domain's rate when its decisions wait on Redis, too.
+	// answered; its own time leaves out what it waited on the store. 0:
+	// the default, DefaultRLSBusyDomainRest; -1: no pacing.
 	BusyDomainRest int `yaml:"busy_domain_rest"`
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; INVALID_ARGUMENT beyond.

@@ -24,6 +24,13 @@ const (
 	// its filter gives up, and its failure_mode_deny decides.
 	DefaultRLSDomainWait     = 100 * time.Millisecond
 	DefaultRLSMaxDescriptors = 64
+	// DefaultRLSBusyDomainRest paces a domain beyond its share, while
+	// another is called, to 1/65 of its slots' time on its calls' own
+	// work: with the default share (16 per CPU) a flood that costs CPU
+	// alone takes at most a quarter of the CPUs. A call's own time leaves
+	// out its wait on the store, so a domain whose calls wait on Redis is
+	// hardly paced.
+	DefaultRLSBusyDomainRest = 64
 	DefaultRLSMaxEntries     = 32
 )
 
@@ -47,6 +54,9 @@ func (e *EnvoyRLS) defaults(s Server) {
 	if e.DomainWait == 0 {
 		e.DomainWait = DefaultRLSDomainWait
 	}
+	if e.BusyDomainRest == 0 {
+		e.BusyDomainRest = DefaultRLSBusyDomainRest
+	}
 	if e.MaxDescriptors == 0 {
 		e.MaxDescriptors = DefaultRLSMaxDescriptors
 	}
@@ -69,8 +79,8 @@ func (v *validator) envoyRLSLimits() {
 	if in := v.c.Server.MaxInFlight; e.MaxInFlightPerDomain < 0 || (in >= 1 && e.MaxInFlightPerDomain > in) {
 		v.fail("envoy_rls.max_in_flight_per_domain", "%d: want the most calls of one domain decided at once, up to server.max_in_flight (%d), such as 64; 0: 16 per CPU", e.MaxInFlightPerDomain, in)
 	}
-	if e.BusyDomainRest < 0 || e.BusyDomainRest > maxRLSCallBound {
-		v.fail("envoy_rls.busy_domain_rest", "%d: want how many times its own decision time a call of a domain beyond max_in_flight_per_domain holds its slot before it is answered, from 1 to %d, such as 64; 0: no pacing", e.BusyDomainRest, maxRLSCallBound)
+	if e.BusyDomainRest < -1 || e.BusyDomainRest > maxRLSCallBound {
+		v.fail("envoy_rls.busy_domain_rest", "%d: want how many times its own decision time a call of a domain beyond max_in_flight_per_domain holds its slot before it is answered, from 1 to %d (0: the default, %d); -1: no pacing", e.BusyDomainRest, maxRLSCallBound, DefaultRLSBusyDomainRest)
 	}
 	if e.DomainWait < 0 || e.DomainWait > time.Minute {
 		v.fail("envoy_rls.domain_wait", "%v: want how long a call may wait for one of its domain's max_in_flight_per_domain, up to 1m, such as 100ms", e.DomainWait)

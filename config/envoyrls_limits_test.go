@@ -15,7 +15,7 @@ func TestEnvoyRLSLimits(t *testing.T) {
 	}
 	e := c.EnvoyRLS
 	if e.MaxStreamsPerConnection != 100 || e.MaxStreamsPerIP != 1024 || e.FirstMessageTimeout != 2*time.Second ||
-		e.MaxInFlightPerDomain != 0 || e.DomainWait != 100*time.Millisecond || e.BusyDomainRest != 0 || e.MaxDescriptors != 64 || e.MaxEntries != 32 {
+		e.MaxInFlightPerDomain != 0 || e.DomainWait != 100*time.Millisecond || e.BusyDomainRest != 64 || e.MaxDescriptors != 64 || e.MaxEntries != 32 {
 		t.Errorf("defaults: %+v", e)
 	}
 	if c, err := Parse("ok.yaml", ".", []byte("server: {max_in_flight: 50}\n")); err != nil || c.EnvoyRLS.MaxStreamsPerIP != 50 {
@@ -27,7 +27,7 @@ func TestEnvoyRLSLimits(t *testing.T) {
 		{"envoy_rls:\n  first_message_timeout: -1s\n", "bad.yaml:2: envoy_rls.first_message_timeout: -1s"},
 		{"envoy_rls:\n  max_in_flight_per_domain: 20000\n", "bad.yaml:2: envoy_rls.max_in_flight_per_domain: 20000: want the most calls of one domain decided at once, up to server.max_in_flight (10000)"},
 		{"envoy_rls:\n  domain_wait: 2m\n", "bad.yaml:2: envoy_rls.domain_wait: 2m0s"},
-		{"envoy_rls:\n  busy_domain_rest: -1\n", "bad.yaml:2: envoy_rls.busy_domain_rest: -1: want how many times its own decision time"},
+		{"envoy_rls:\n  busy_domain_rest: -2\n", "bad.yaml:2: envoy_rls.busy_domain_rest: -2: want how many times its own decision time"},
 		{"envoy_rls:\n  max_descriptors: 100000\n", "bad.yaml:2: envoy_rls.max_descriptors: 100000: want the most descriptors of one call, from 1 to 65536"},
 		{"envoy_rls:\n  max_entries: -2\n", "bad.yaml:2: envoy_rls.max_entries: -2"},
 		{"envoy_rls:\n  max_entries: lots\n", "bad.yaml:2: envoy_rls.max_entries: \"lots\": want an integer"},

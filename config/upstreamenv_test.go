@@ -69,6 +69,12 @@ func TestFromUpstreamEnvDefaults(t *testing.T) {
 	if c.Store.Redis.Timeout != 50*time.Millisecond {
 		t.Errorf("redis timeout %v; want sluice's 50ms when REDIS_TIMEOUT is unset", c.Store.Redis.Timeout)
 	}
+	// The listener's own bounds are sluice's defaults, one domain's flood
+	// paced (envoy_rls.busy_domain_rest) included: no variable of
+	// upstream's turns them off.
+	if e := c.EnvoyRLS; e.BusyDomainRest != config.DefaultRLSBusyDomainRest || e.MaxStreamsPerIP != config.DefaultRLSMaxStreamsPerIP {
+		t.Errorf("busy_domain_rest %d, max_streams_per_ip %d; want sluice's defaults", e.BusyDomainRest, e.MaxStreamsPerIP)
+	}
 }
 
 // TestFromUpstreamEnvHonoured sets each honoured variable and checks what

@@ -43,6 +43,13 @@ type Config struct {
 	// per-second Redis of `sluice ratelimit` (REDIS_PERSECOND).
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
+	// StoreWaits says the store's calls wait on another process (Redis):
+	// the time of each is added to the StoreTime of the decision's
+	// context (WithStoreTime), which a front door leaves out of a call's
+	// own time. Unset, store calls count as the caller's own work, as a
+	// memory store's are: its CPU.
+	StoreWaits bool
+
 	// StoreTimeout, when positive, is the deadline of every store call.
 	StoreTimeout time.Duration
 
@@ -77,6 +84,7 @@ type Core struct {
 	fallback  Fallback
 	storeCtx  func(context.Context, *Policy) context.Context
 	onError   bool // Config.StoreOnError
+	waits     bool // Config.StoreWaits
 	timeout   time.Duration
 	metrics   *Metrics
 	log       *slog.Logger
@@ -98,6 +106,7 @@ func New(cfg Config) (*Core, error) {
 		fallback: cfg.Fallback,
 		storeCtx: cfg.StoreContext,
 		onError:  cfg.StoreOnError,
+		waits:    cfg.StoreWaits,
 		timeout:  cfg.StoreTimeout,
 		metrics:  cfg.Metrics,
 		log:      cfg.Logger,
@@ -366,7 +375,11 @@ func (c *Core) checkStore(ctx context.Context, p *Compiled, req sluice.Request) 
 	} else {
 		res, err = c.store.Check(ctx, req)
 	}
-	c.metrics.Observe(OpCheck, time.Since(start), err)
+	took := time.Since(start)
+	c.metrics.Observe(OpCheck, took, err)
+	if c.waits {
+		addStoreTime(ctx, took)
+	}
 	if err != nil && p.local && c.fallback != nil && !IsInputError(err) {
 		if fres, ok := c.fallback(ctx, p.Name, req, err); ok {
 			c.logStoreError(p, err, "local")
@@ -409,7 +422,11 @@ func (c *Core) adjust(ctx context.Context, p *Compiled, req sluice.Request, delt
 		defer cancel()
 	}
 	res, err := c.store.Adjust(ctx, c.storeRequest(p, req), delta)
-	c.metrics.Observe(OpAdjust, time.Since(start), err)
+	took := time.Since(start)
+	c.metrics.Observe(OpAdjust, took, err)
+	if c.waits {
+		addStoreTime(ctx, took)
+	}
 	if err != nil {
 		c.logStoreError(p, err, "adjust skipped")
 	}

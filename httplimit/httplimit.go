@@ -179,6 +179,12 @@ type Options struct {
 	// per-second Redis of `sluice ratelimit` (REDIS_PERSECOND).
 	StoreContext func(ctx context.Context, policy *Policy) context.Context
 
+	// StoreWaits says the store's calls wait on another process (Redis):
+	// their time is added to a decision context's decide.StoreTime, which
+	// a front door leaves out of a call's own time. The gateway sets it
+	// for Redis; a memory store's calls are the caller's own CPU.
+	StoreWaits bool
+
 	// StoreTimeout, when positive, is the deadline of every store call, so
 	// that a store that hangs costs a request at most this long before
 	// OnError (or the Fallback) decides. Zero leaves deadlines to the store.
@@ -250,6 +256,7 @@ func New(opts Options) (*Limiter, error) {
 		Fallback:     opts.Fallback,
 		StoreOnError: opts.StoreOnError,
 		StoreContext: opts.StoreContext,
+		StoreWaits:   opts.StoreWaits,
 		StoreTimeout: opts.StoreTimeout,
 		Metrics:      opts.Metrics,
 		Logger:       opts.Logger,

@@ -206,11 +206,11 @@ func startFlood(t *testing.T, addr string) (*atomic.Int64, *durations) {
 // (envoy_rls.max_in_flight_per_domain) waits for one of its slots,
 // parked, up to domain_wait, and is refused after, so b does not queue
 // behind it; and, b being called, each decided call of the flood rests in
-// its slot envoy_rls.busy_domain_rest (64 here; off by default) times as long as it took, so
-// that few of the flood's decisions run at once and they take a bounded
-// part of sluice's CPU time. Without the rest, b's call waits behind the
-// flood's decisions in sluice, on a loaded machine where sluice gets a
-// fraction of a CPU, and with "busy_domain_rest: 0" or
+// its slot envoy_rls.busy_domain_rest (64 by default) times its own time,
+// so that few of the flood's decisions run at once and they take a
+// bounded part of sluice's CPU time. Without the rest, b's call waits
+// behind the flood's decisions in sluice, on a loaded machine where sluice
+// gets a fraction of a CPU, and with "busy_domain_rest: -1" or
 // "max_in_flight_per_domain: 10000" (SLUICE_FLOOD_RLS adds options to the
 // envoy_rls section) the bound fails (docs/envoy.md, "A domain's flood").
 func TestDomainFlood(t *testing.T) {
@@ -227,10 +227,9 @@ func TestDomainFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The rest is off by default (it paces a busy domain whose decisions
-	// wait on Redis, too); the test turns it on. SLUICE_FLOOD_RLS replaces
-	// it.
-	section := fmt.Sprintf("envoy_rls: {listen: 127.0.0.1:0, config_dir: %q, busy_domain_rest: 64}", dir)
+	// The defaults hold it (busy_domain_rest: 64); SLUICE_FLOOD_RLS adds
+	// options.
+	section := fmt.Sprintf("envoy_rls: {listen: 127.0.0.1:0, config_dir: %q}", dir)
 	if extra := os.Getenv("SLUICE_FLOOD_RLS"); extra != "" {
 		section = fmt.Sprintf("envoy_rls: {listen: 127.0.0.1:0, config_dir: %q, %s}", dir, extra)
 	}

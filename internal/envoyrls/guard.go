@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/connlimit"
 )
 
@@ -51,6 +52,9 @@ type stream struct {
 	// writer writes the stream's status, once a goroutine reads the
 	// stream (gRPC's transport stream; see reading).
 	writer atomic.Value // statusWriter
+	// storeTime is the time the call's decisions waited on the store
+	// (decide.StoreTimeKey), which bound does not count as its own.
+	storeTime decide.StoreTime
 }
 
 // statusWriter is what gRPC's transport stream offers to end a stream
@@ -107,8 +111,11 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 // Value returns the stream for streamKey, and the values of the context
 // it derives from otherwise.
 func (st *stream) Value(key any) any {
-	if key == (streamKey{}) {
+	switch key {
+	case streamKey{}:
 		return st
+	case decide.StoreTimeKey{}:
+		return &st.storeTime
 	}
 	return st.Context.Value(key)
 }
@@ -249,11 +256,21 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	defer s.domains.release(name, dm)
 	if s.domains.restFactor <= 0 {
-		return handler(ctx, req) // no pacing (the default): no clock read
+		return handler(ctx, req) // no pacing: no clock read
 	}
+	// The call's own time is its time less what its decisions waited on
+	// the store (decide.StoreTime, which tap's stream carries): a call
+	// that waits on Redis keeps no CPU busy, and is not paced for it.
+	stored, _ := ctx.Value(decide.StoreTimeKey{}).(*decide.StoreTime)
+	if stored == nil {
+		stored = new(decide.StoreTime)
+		ctx = decide.WithStoreTime(ctx, stored)
+	}
+	before := stored.Total()
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	if rest := s.domains.rest(name, dm, time.Since(start)); rest > 0 {
+	own := time.Since(start) - (stored.Total() - before)
+	if rest := s.domains.rest(name, dm, own); rest > 0 {
 		t := time.NewTimer(rest)
 		select {
 		case <-t.C:
@@ -275,9 +292,10 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // A domain beyond its share (calls of it waiting for a slot) while
 // another domain was called within the last second is paced: each of its
 // calls, once decided, holds its slot resting, parked, for restFactor
-// times as long as it took, at most wait, before it is answered. Its
-// slots are then busy at most 1/(restFactor+1) of the time, so that a
-// flood of calls that cost CPU to decide (the memory store) cannot keep
+// times its own time (what it took less what it waited on the store), at
+// most wait, before it is answered. Its slots then spend at most
+// 1/(restFactor+1) of the time on the call's own work, so that a flood of
+// calls that cost CPU to decide (the memory store) cannot keep
 // every CPU of the process busy: a process that is always runnable waits
 // its turn at the operating system's scheduler on a loaded machine, and
 // the other domains' calls with it (docs/envoy.md, "A domain's flood").
@@ -306,7 +324,9 @@ const otherDomainWithin = time.Second
 
 type domain struct {
 	slots chan struct{}
-	users int // calls holding or waiting for a slot, under domainSlots.mu
+	// users counts the calls holding or waiting for a slot; it changes
+	// under domainSlots.mu, and rest reads it without.
+	users atomic.Int32
 }
 
 // acquire returns the domain's slot to release, or nil when none came
@@ -321,7 +341,7 @@ func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
 		dm = &domain{slots: make(chan struct{}, d.max)}
 		d.n[name] = dm
 	}
-	dm.users++
+	dm.users.Add(1)
 	d.mu.Unlock()
 	select {
 	case dm.slots <- struct{}{}:
@@ -348,22 +368,25 @@ func (d *domainSlots) seen(name string, now time.Time) {
 	d.recent[0] = called{name, now}
 }
 
-// rest returns how long a call of name that took took should hold its
-// slot before it is answered: restFactor times took, at most wait, while
+// rest returns how long a call of name whose own time was took should
+// hold its slot before it is answered: restFactor times took, at most
+// wait, while
 // calls of name wait for a slot and another domain was called lately;
 // else 0.
 func (d *domainSlots) rest(name string, dm *domain, took time.Duration) time.Duration {
 	if d.restFactor <= 0 {
 		return 0
 	}
+	if int(dm.users.Load()) <= d.max {
+		return 0 // within its share: the usual case, and no lock
+	}
 	d.mu.Lock()
-	over := dm.users > d.max
 	other := d.recent[0]
 	if other.name == name {
 		other = d.recent[1]
 	}
 	d.mu.Unlock()
-	if !over || other.at.IsZero() || time.Since(other.at) > otherDomainWithin {
+	if other.at.IsZero() || time.Since(other.at) > otherDomainWithin {
 		return 0
 	}
 	return min(time.Duration(d.restFactor)*took, d.wait)
@@ -377,7 +400,7 @@ func (d *domainSlots) release(name string, dm *domain) {
 func (d *domainSlots) leave(name string, dm *domain) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if dm.users--; dm.users == 0 {
+	if dm.users.Add(-1) == 0 {
 		delete(d.n, name)
 	}
 }

@@ -52,11 +52,11 @@ type Options struct {
 	DomainWait time.Duration
 	// BusyDomainRest paces a domain beyond MaxInFlightPerDomain while
 	// another domain is called: each of its calls, once decided, holds
-	// its slot for BusyDomainRest times as long as it took (at most
-	// DomainWait) before it is answered. 0 or negative (the default): no
-	// pacing. The time counted is the call's, the store's included, so a
-	// domain whose decisions wait on Redis is paced to far fewer calls a
-	// second than its CPU allows: off unless asked for.
+	// its slot for BusyDomainRest times its own time (at most
+	// DomainWait) before it is answered: the call's time less what its
+	// decisions waited on the store (decide.StoreTime), so that a domain
+	// whose decisions wait on Redis is hardly paced. 0 or negative: no
+	// pacing (config's default is 64).
 	BusyDomainRest int
 	// MaxDescriptors bounds the descriptors of a call, MaxEntries the
 	// entries of a descriptor; beyond them a call gets INVALID_ARGUMENT.

@@ -310,6 +310,10 @@ func (g *Gateway) compile(cfg *config.Config) (*state, error) {
 	// The resilient store decides Redis's failures by each policy's
 	// on_error; the other stores ignore it.
 	opts.StoreOnError = true
+	// Redis's calls are waits, not this process's work: the Envoy
+	// service's pacing of a flooding domain leaves them out of a call's
+	// own time (envoy_rls.busy_domain_rest).
+	opts.StoreWaits = g.resilient
 	if g.perSecondClient != nil {
 		// The one store choice still in the context: which Redis
 		// (REDIS_PERSECOND), read by perSecondStore.

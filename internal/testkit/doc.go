@@ -14,6 +14,7 @@
 //   - proxytest: real NGINX and Caddy processes.
 //   - certstest: a test CA that issues certificates.
 //   - stall: how long this process was kept from running.
+//   - slowstore: a store whose every call waits first, as on Redis.
 //
 // docs/testing.md says how the suite uses them.
 package testkit
