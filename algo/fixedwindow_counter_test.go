@@ -152,3 +152,38 @@ func TestFixedWindowCounterCommands(t *testing.T) {
 		t.Errorf("a check of cost 0: want one GET and no INCRBY:\n%s", st)
 	}
 }
+
+// A counter that exists without an expiry (left by a writer that stopped
+// between its INCRBY and its EXPIRE) gets one from the next check that
+// counts in it, and one made by envoyproxy/ratelimit keeps an expiry:
+// every INCRBY of a counter goes with its EXPIRE (BENCHMARKS.md, 6
+// December 2026: a script that expires only the counters it makes costs
+// Redis more).
+func TestFixedWindowCounterWithoutExpiryGetsOne(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC))
+	const jitter = 5
+	rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, ExpiryJitter: jitter * time.Second})
+	defer rs.Close()
+	rules := []sluice.Rule{{Rate: 25.0 / 60, Burst: 25}}
+	const stale, upstream = "orphan_1772366400", "upstream_1772366400"
+	if err := client.Set(ctx, stale, 7, 0).Err(); err != nil { // no expiry
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, upstream, 3, time.Minute).Err(); err != nil { // upstream's INCRBY and EXPIRE
+		t.Fatal(err)
+	}
+	for _, wk := range []string{"orphan_", "upstream_"} {
+		if _, err := rs.Check(ctx, sluice.Request{Key: wk, Cost: 1, Rules: rules, CountDenied: true, WindowKey: wk}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := client.Get(ctx, stale).Val(); n != "8" {
+		t.Errorf("counter %s = %q, want 8 (7 and this check)", stale, n)
+	}
+	for _, key := range []string{stale, upstream} {
+		if ttl := client.TTL(ctx, key).Val(); ttl <= 0 || ttl > (60+jitter)*time.Second {
+			t.Errorf("counter %s: TTL %v, want an expiry of at most the window (60 s) and the jitter", key, ttl)
+		}
+	}
+}
