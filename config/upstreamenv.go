@@ -43,8 +43,9 @@ type Upstream struct {
 	// would have passed it.
 	StopIncrementWhenOver bool
 	// Statsd, from USE_STATSD (true unless set false) and the STATSD_
-	// variables, is where envoyproxy/ratelimit's stats go; nil with
-	// USE_STATSD=false or DISABLE_STATS=true.
+	// variables, or USE_PROMETHEUS and the PROMETHEUS_ variables, is where
+	// envoyproxy/ratelimit's stats go; nil with neither or with
+	// DISABLE_STATS=true.
 	Statsd *Statsd
 	// HealthyWithConfig: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, health
 	// (gRPC and /healthcheck) fails while no descriptor file is loaded.
@@ -72,10 +73,14 @@ type Upstream struct {
 }
 
 // Statsd is where and how `sluice ratelimit` sends envoyproxy/ratelimit's
-// statsd stats (internal/rlsstats).
+// statsd stats (internal/rlsstats): to a statsd, or, when Prometheus is
+// set, to a Prometheus exposition of its own.
 type Statsd struct {
-	Addr     string // STATSD_HOST:STATSD_PORT
+	Addr     string // STATSD_HOST:STATSD_PORT; empty with Prometheus
 	Protocol string // STATSD_PROTOCOL: tcp or udp
+	// Prometheus, from USE_PROMETHEUS=true, serves the stats for
+	// Prometheus instead of sending them to a statsd.
+	Prometheus *Prometheus
 	// FlushInterval: STATS_FLUSH_INTERVAL, how often the counts go.
 	FlushInterval time.Duration
 	// Tags: EXTRA_TAGS, added to every stat.
@@ -83,6 +88,20 @@ type Statsd struct {
 	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
 	// hits count as near_limit.
 	NearLimitRatio float64
+}
+
+// Prometheus is how envoyproxy/ratelimit's stats are served for
+// Prometheus (USE_PROMETHEUS): through prometheus/statsd_exporter's
+// mapping of their statsd names, as there.
+type Prometheus struct {
+	Addr string // PROMETHEUS_ADDR, the listener's address
+	Path string // PROMETHEUS_PATH, where the metrics are served
+	// MapperYAML: PROMETHEUS_MAPPER_YAML, a statsd_exporter mapping file
+	// that replaces the default mapping; empty: the default.
+	MapperYAML string
+	// ResponseTimeMillis: PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, the
+	// default mapping does not scale the response time to seconds.
+	ResponseTimeMillis bool
 }
 
 // RedisStartup is how `sluice ratelimit` waits at start for its Redis
@@ -194,12 +213,12 @@ var UpstreamVars = []UpstreamVar{
 	honour("STATSD_PROTOCOL", "tcp", 's', "tcp or udp, as there (its statsd client's variable)"),
 	honour("EXTRA_TAGS", "", 's', "tag:value,… added to every stat's name as .__tag=value, as there"),
 	honour("STATS_FLUSH_INTERVAL", "10s", 'd', "how often the counts are sent"),
-	honour("DISABLE_STATS", "false", 'b', "true: no statsd (USE_STATSD); sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics are on either way"),
-	refuse("USE_PROMETHEUS", "false", 'b', "sluice's metrics (its own names) are at http://DEBUG_HOST:DEBUG_PORT/metrics: point the scrape there and unset it"),
-	refuse("PROMETHEUS_ADDR", ":9090", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
-	refuse("PROMETHEUS_PATH", "/metrics", 's', "sluice's metrics are at http://DEBUG_HOST:DEBUG_PORT/metrics: unset it"),
-	refuse("PROMETHEUS_MAPPER_YAML", "", 's', "sluice's metrics have their own names: unset it"),
-	refuse("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", 'b', "sluice's metrics have their own names and units (durations in seconds): unset it"),
+	honour("DISABLE_STATS", "false", 'b', "true: no statsd (USE_STATSD) and no USE_PROMETHEUS listener, as there; sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics are on either way"),
+	honour("USE_PROMETHEUS", "false", 'b', "true (with USE_STATSD=false, as there): envoyproxy/ratelimit's stats, through its default mapping (ratelimit_service_…), for Prometheus at http://PROMETHEUS_ADDR/PROMETHEUS_PATH, as there; sluice's own metrics stay at http://DEBUG_HOST:DEBUG_PORT/metrics"),
+	honour("PROMETHEUS_ADDR", ":9090", 's', "the Prometheus listener's address (a port taken fails the start, where upstream serves no metrics)"),
+	honour("PROMETHEUS_PATH", "/metrics", 's', "the path of the metrics there (only it: no /debug/pprof or /debug/vars there, which upstream's listener also serves)"),
+	honour("PROMETHEUS_MAPPER_YAML", "", 's', "a statsd_exporter mapping file that replaces the default mapping, as there; one that does not load fails the start (upstream serves unmapped names then)"),
+	honour("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", 'b', "true: ratelimit_service_response_time_seconds observes milliseconds, as there (the default mapping only)"),
 	honour("RUNTIME_ROOT", "/srv/runtime_data/current", 's', "the descriptor files are RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file, subdirectories too"),
 	honour("RUNTIME_SUBDIRECTORY", "", 's', "see RUNTIME_ROOT (empty with RUNTIME_WATCH_ROOT=true loads nothing there: refused)"),
 	honour("RUNTIME_APPDIRECTORY", "config", 's', "see RUNTIME_ROOT"),
@@ -595,34 +614,44 @@ func redisStartupFromEnv(env map[string]string, vals map[string]any, bad func(st
 	return s
 }
 
-// statsdFromEnv reads USE_STATSD, DISABLE_STATS, the STATSD_ variables,
-// EXTRA_TAGS, STATS_FLUSH_INTERVAL and NEAR_LIMIT_RATIO; nil when no
-// stats are sent.
+// statsdFromEnv reads USE_STATSD, USE_PROMETHEUS, DISABLE_STATS, the
+// STATSD_ and PROMETHEUS_ variables, EXTRA_TAGS, STATS_FLUSH_INTERVAL and
+// NEAR_LIMIT_RATIO; nil when no stats are sent. As there, DISABLE_STATS
+// wins over both, and USE_STATSD (true unless set false) with
+// USE_PROMETHEUS is refused.
 func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
 	str := func(name string) string { s, _ := vals[name].(string); return s }
 	ratio, _ := vals["NEAR_LIMIT_RATIO"].(float64)
 	if !(ratio >= 0 && ratio <= 1) {
 		bad("NEAR_LIMIT_RATIO=%v: want a number from 0 to 1, such as 0.8", ratio)
 	}
-	on, _ := vals["USE_STATSD"].(bool)
-	if off, _ := vals["DISABLE_STATS"].(bool); off || !on {
+	useStatsd, _ := vals["USE_STATSD"].(bool)
+	useProm, _ := vals["USE_PROMETHEUS"].(bool)
+	if off, _ := vals["DISABLE_STATS"].(bool); off || !useStatsd && !useProm {
 		return nil
 	}
 	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}}
-	host := str("STATSD_HOST")
-	if host == "" {
-		bad("STATSD_HOST is empty: want the statsd's host, such as localhost")
-	}
-	port, _ := vals["STATSD_PORT"].(int64)
-	if port < 1 || port > 65535 {
-		bad("STATSD_PORT=%d: want a port from 1 to 65535", port)
-	}
-	s.Addr = net.JoinHostPort(host, strconv.FormatInt(port, 10))
-	switch p := strings.ToLower(str("STATSD_PROTOCOL")); p {
-	case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6":
-		s.Protocol = p
+	switch {
+	case useStatsd && useProm:
+		bad("USE_PROMETHEUS=true with USE_STATSD=true (its default): one stats sink at a time, as envoyproxy/ratelimit refuses both: set USE_STATSD=false")
+	case useProm:
+		s.Prometheus = prometheusFromEnv(vals, bad)
 	default:
-		bad("STATSD_PROTOCOL=%q: want tcp or udp", str("STATSD_PROTOCOL"))
+		host := str("STATSD_HOST")
+		if host == "" {
+			bad("STATSD_HOST is empty: want the statsd's host, such as localhost")
+		}
+		port, _ := vals["STATSD_PORT"].(int64)
+		if port < 1 || port > 65535 {
+			bad("STATSD_PORT=%d: want a port from 1 to 65535", port)
+		}
+		s.Addr = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		switch p := strings.ToLower(str("STATSD_PROTOCOL")); p {
+		case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6":
+			s.Protocol = p
+		default:
+			bad("STATSD_PROTOCOL=%q: want tcp or udp", str("STATSD_PROTOCOL"))
+		}
 	}
 	if s.FlushInterval, _ = vals["STATS_FLUSH_INTERVAL"].(time.Duration); s.FlushInterval <= 0 {
 		bad("STATS_FLUSH_INTERVAL=%v: want a positive duration such as 10s", s.FlushInterval)
@@ -640,6 +669,29 @@ func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
 		}
 	}
 	return s
+}
+
+// prometheusFromEnv reads the PROMETHEUS_ variables (USE_PROMETHEUS=true).
+// An empty address or path is upstream's default, as its sink takes it.
+func prometheusFromEnv(vals map[string]any, bad func(string, ...any)) *Prometheus {
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	p := &Prometheus{Addr: str("PROMETHEUS_ADDR"), Path: str("PROMETHEUS_PATH"), MapperYAML: str("PROMETHEUS_MAPPER_YAML")}
+	p.ResponseTimeMillis, _ = vals["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"].(bool)
+	if p.Addr == "" {
+		p.Addr = ":9090"
+	}
+	if p.Path == "" {
+		p.Path = "/metrics"
+	}
+	if _, port, err := net.SplitHostPort(p.Addr); err != nil {
+		bad("PROMETHEUS_ADDR=%q: want HOST:PORT or :PORT, such as :9090", p.Addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		bad("PROMETHEUS_ADDR=%q: want a port from 0 to 65535", p.Addr)
+	}
+	if !strings.HasPrefix(p.Path, "/") || strings.ContainsAny(p.Path, " \t{}") {
+		bad("PROMETHEUS_PATH=%q: want a path starting with /, such as /metrics", p.Path)
+	}
+	return p
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

@@ -135,6 +135,14 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, sd.Tags), "stats.local:9125 udp 250ms 0.5 map[env:prod team:edge]")
 		}},
 		{[]string{"USE_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
+		// USE_PROMETHEUS (with USE_STATSD=false): TestUpstreamPrometheus.
+		{[]string{"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_PATH=/m", "PROMETHEUS_MAPPER_YAML=/m.yaml", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true"}, func(c *config.Config) string {
+			sd := c.EnvoyRLS.Upstream.Statsd
+			if sd == nil || sd.Prometheus == nil {
+				return "USE_PROMETHEUS=true: no Prometheus"
+			}
+			return want(fmt.Sprintf("%+v", *sd.Prometheus), "{Addr:127.0.0.1:9102 Path:/m MapperYAML:/m.yaml ResponseTimeMillis:true}")
+		}},
 		{[]string{"LOG_LEVEL=fatal"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "error") }},
 		{[]string{"RUNTIME_APPDIRECTORY=config/nested"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "nested") }},
 		{[]string{"RUNTIME_WATCH_ROOT=false"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "config") }},
@@ -358,8 +366,8 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 	}
 	// Two problems are both reported.
 	env, _ := upstreamBase(t)
-	_, err := config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true", "MEMCACHE_HOST_PORT=m:11211"))
-	if err == nil || !strings.Contains(err.Error(), "USE_PROMETHEUS") || !strings.Contains(err.Error(), "MEMCACHE_HOST_PORT") {
+	_, err := config.FromUpstreamEnv(append(env, "USE_DOG_STATSD=true", "MEMCACHE_HOST_PORT=m:11211"))
+	if err == nil || !strings.Contains(err.Error(), "USE_DOG_STATSD") || !strings.Contains(err.Error(), "MEMCACHE_HOST_PORT") {
 		t.Errorf("err %v; want both variables named", err)
 	}
 	// A variable upstream does not have is ignored.
@@ -548,4 +556,44 @@ func FuzzFromUpstreamEnv(f *testing.F) {
 			t.Errorf("%s=%q: %v; want the message to name %s", u.Name, value, err, u.Name)
 		}
 	})
+}
+
+// TestUpstreamPrometheus: USE_PROMETHEUS and the PROMETHEUS_ variables
+// give Statsd.Prometheus, as envoyproxy/ratelimit reads them: upstream's
+// defaults when unset, nothing with DISABLE_STATS, and USE_STATSD (true
+// unless set false) beside it refused, as there.
+func TestUpstreamPrometheus(t *testing.T) {
+	env, _ := upstreamBase(t)
+	c, err := config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Prometheus{Addr: ":9090", Path: "/metrics"}
+	if p := c.EnvoyRLS.Upstream.Statsd; p == nil || p.Prometheus == nil || *p.Prometheus != want || p.Addr != "" {
+		t.Fatalf("USE_PROMETHEUS=true: Statsd %+v; want Prometheus %+v and no statsd", p, want)
+	}
+	c, err = config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_PATH=/m",
+		"PROMETHEUS_MAPPER_YAML=/etc/m.yaml", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true", "EXTRA_TAGS=a:b", "STATS_FLUSH_INTERVAL=1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = config.Prometheus{Addr: "127.0.0.1:9102", Path: "/m", MapperYAML: "/etc/m.yaml", ResponseTimeMillis: true}
+	if p := c.EnvoyRLS.Upstream.Statsd; p == nil || p.Prometheus == nil || *p.Prometheus != want || p.Tags["a"] != "b" || p.FlushInterval != time.Second {
+		t.Fatalf("Statsd %+v; want Prometheus %+v, the tags and the interval", p, want)
+	}
+	if c, err := config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true", "DISABLE_STATS=true")); err != nil || c.EnvoyRLS.Upstream.Statsd != nil {
+		t.Errorf("DISABLE_STATS=true: %v, %+v; want no stats, as there", err, c)
+	}
+	for _, tc := range []struct{ v, want string }{
+		{"USE_STATSD=true", "USE_STATSD=false"},
+		{"PROMETHEUS_ADDR=9090", "PROMETHEUS_ADDR=\"9090\": want HOST:PORT"},
+		{"PROMETHEUS_ADDR=:http", "PROMETHEUS_ADDR=\":http\": want a port"},
+		{"PROMETHEUS_PATH=metrics", "PROMETHEUS_PATH=\"metrics\": want a path"},
+		{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=yes", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"},
+	} {
+		_, err := config.FromUpstreamEnv(append(env, "USE_PROMETHEUS=true", tc.v))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("USE_PROMETHEUS=true %s: err %v; want one containing %q", tc.v, err, tc.want)
+		}
+	}
 }

@@ -90,7 +90,8 @@ func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	// USE_STATSD (true unless set false, as there): envoyproxy/ratelimit's
-	// stats, to STATSD_HOST:STATSD_PORT.
+	// stats, to STATSD_HOST:STATSD_PORT; USE_PROMETHEUS: the same stats,
+	// served for Prometheus at PROMETHEUS_ADDR (closed by stats.Close).
 	var stats *rlsstats.Stats
 	if sd := up.Statsd; sd != nil {
 		if stats, err = rlsstats.New(*sd, log); err != nil {
@@ -98,6 +99,9 @@ func ratelimit(args, environ []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer stats.Close()
+		if a := stats.PrometheusAddr(); a != nil {
+			log.Info("sluice ratelimit: envoyproxy/ratelimit's stats for Prometheus", "addr", a.String(), "path", sd.Prometheus.Path)
+		}
 		stats.ConfigLoad(true)
 		g.SetStats(stats)
 	}

@@ -234,27 +234,12 @@ func compareStatsd(t *testing.T, protocol string, files, extra map[string]string
 }
 
 func compareStatsdOnce(t *testing.T, protocol string, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) (statsdRun, bool) {
-	redis := redistest.Start(t, redistest.WithUnixSocket())
-	root := t.TempDir()
-	for name, yaml := range files {
-		writeTestFile(t, filepath.Join(root, "rl", "config", name), yaml)
-	}
-	env := map[string]string{
-		"REDIS_SOCKET_TYPE":    "unix",
-		"REDIS_TYPE":           "SINGLE",
-		"REDIS_URL":            redis.UnixSocket(),
-		"RUNTIME_ROOT":         root,
-		"RUNTIME_SUBDIRECTORY": "rl",
-		"RUNTIME_APPDIRECTORY": "config",
-		"RUNTIME_WATCH_ROOT":   "false",
-		"LOG_LEVEL":            "info",
-		"USE_STATSD":           "true",
-		"STATSD_HOST":          "127.0.0.1",
-		"STATSD_PROTOCOL":      protocol,
-		"STATS_FLUSH_INTERVAL": "100ms",
-		"EXTRA_TAGS":           "env:test.a,team:edge",
-	}
-	maps.Copy(env, extra)
+	env, root := statsEnv(t, files, map[string]string{
+		"USE_STATSD":      "true",
+		"STATSD_HOST":     "127.0.0.1",
+		"STATSD_PROTOCOL": protocol,
+		"EXTRA_TAGS":      "env:test.a,team:edge",
+	}, extra)
 	sinks := []*statsdSink{newStatsdSink(t, protocol), newStatsdSink(t, protocol)}
 	with := func(s *statsdSink) map[string]string {
 		e := maps.Clone(env)
@@ -275,19 +260,7 @@ func compareStatsdOnce(t *testing.T, protocol string, files, extra map[string]st
 	}
 	sl := startRatelimit(t, environ)
 	clients := []*envoytest.Client{envoytest.Dial(t, "envoyproxy/ratelimit", peer.Addr()), envoytest.Dial(t, "sluice ratelimit", sl.grpc)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	start := time.Now()
-	var outs [2][]envoytest.Outcome
-	for _, req := range calls {
-		for i, c := range clients {
-			o, err := c.Record(ctx, req)
-			if err == nil {
-				outs[i] = append(outs[i], o)
-			}
-		}
-	}
-	if envoytest.Straddles(start, time.Now(), outs[0], outs[1]) {
+	if straddled(t, clients, calls) {
 		return statsdRun{}, false
 	}
 	const prefix = "ratelimit.service."
@@ -322,6 +295,81 @@ func compareStatsdOnce(t *testing.T, protocol string, files, extra map[string]st
 	}
 	t.Logf("both sent:\n  %s", strings.Join(lines(got[1]), "\n  "))
 	return statsdRun{got: got, root: root, sink: [2]*statsdSink{sinks[0], sinks[1]}}, true
+}
+
+// callUserA sends s n calls of domain s, descriptor user=a.
+func callUserA(t *testing.T, s *dropIn, n int) {
+	t.Helper()
+	c := envoytest.Dial(t, "sluice ratelimit", s.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, r := envoytest.Descriptor, envoytest.Request
+	for range n {
+		if _, err := c.Record(ctx, r("s", 0, d("user", "a"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stopped sends s SIGTERM and waits for it to exit 0.
+func stopped(t *testing.T, s *dropIn) {
+	t.Helper()
+	if err := s.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.proc.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("still running a minute after SIGTERM:\n%s", s.log())
+	}
+	if s.proc.exitCode != 0 {
+		t.Errorf("exit %d after SIGTERM; want 0:\n%s", s.proc.exitCode, s.log())
+	}
+}
+
+// statsEnv is the environment of a comparison of stats: a Redis on a
+// unix socket, the files under root/rl/config (not watched), info logs,
+// a flush every 100ms, then the variables of each of sets in turn.
+func statsEnv(t *testing.T, files map[string]string, sets ...map[string]string) (env map[string]string, root string) {
+	t.Helper()
+	redis := redistest.Start(t, redistest.WithUnixSocket())
+	root = t.TempDir()
+	for name, yaml := range files {
+		writeTestFile(t, filepath.Join(root, "rl", "config", name), yaml)
+	}
+	env = map[string]string{
+		"REDIS_SOCKET_TYPE":    "unix",
+		"REDIS_TYPE":           "SINGLE",
+		"REDIS_URL":            redis.UnixSocket(),
+		"RUNTIME_ROOT":         root,
+		"RUNTIME_SUBDIRECTORY": "rl",
+		"RUNTIME_APPDIRECTORY": "config",
+		"RUNTIME_WATCH_ROOT":   "false",
+		"LOG_LEVEL":            "info",
+		"STATS_FLUSH_INTERVAL": "100ms",
+	}
+	for _, set := range sets {
+		maps.Copy(env, set)
+	}
+	return env, root
+}
+
+// straddled sends the calls to each of clients in turn and says whether
+// they straddled a window's edge (the run then says nothing).
+func straddled(t *testing.T, clients []*envoytest.Client, calls []*rlsv3.RateLimitRequest) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	var outs [2][]envoytest.Outcome
+	for _, req := range calls {
+		for i, c := range clients {
+			if o, err := c.Record(ctx, req); err == nil {
+				outs[i] = append(outs[i], o)
+			}
+		}
+	}
+	return envoytest.Straddles(start, time.Now(), outs[0], outs[1])
 }
 
 // checkStatsdRun checks that the run of statsdCalls produced the names
@@ -378,29 +426,11 @@ func TestRatelimitStatsdFlushAtStop(t *testing.T) {
 	env := append(envoytest.Environ(root, redis.UnixSocket(), 0, 0, 0), "REDIS_SOCKET_TYPE=unix", "LOG_LEVEL=info",
 		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+strconv.Itoa(statsd.port), "STATSD_PROTOCOL=tcp", "STATS_FLUSH_INTERVAL=1h")
 	s := startRatelimit(t, env)
-	c := envoytest.Dial(t, "sluice ratelimit", s.grpc)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d, r := envoytest.Descriptor, envoytest.Request
-	for range 5 {
-		if _, err := c.Record(ctx, r("s", 0, d("user", "a"))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	callUserA(t, s, 5)
 	if got := statsd.counters("ratelimit."); len(got) > 0 {
 		t.Fatalf("counters before the stop, with STATS_FLUSH_INTERVAL=1h: %v", got)
 	}
-	if err := s.signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.proc.exited:
-	case <-time.After(time.Minute):
-		t.Fatalf("still running a minute after SIGTERM:\n%s", s.log())
-	}
-	if s.proc.exitCode != 0 {
-		t.Errorf("exit %d after SIGTERM; want 0:\n%s", s.proc.exitCode, s.log())
-	}
+	stopped(t, s)
 	// The process has gone; its connection's last bytes may still be
 	// read by the listener: wait for them, within a deadline for a busy
 	// machine.

@@ -5,7 +5,10 @@
 // unknown domain <domain>.domain_not_found; the call counters
 // ratelimit.service.call.should_rate_limit.redis_error and service_error;
 // ratelimit.service.config_load_success, config_load_error and
-// global_shadow_mode. It counts with envoyproxy/ratelimit's own stats
+// global_shadow_mode; per gRPC method ratelimit_server.<method>.
+// total_requests and the timer response_time. With USE_PROMETHEUS the
+// same stats are served for Prometheus instead, through
+// prometheus/statsd_exporter's mapping, as there (promSink). It counts with envoyproxy/ratelimit's own stats
 // library (github.com/lyft/gostats), so that the tags of EXTRA_TAGS
 // (".__key=value" after each name) and the flush (the counts since the
 // last flush, none of zero) are the same, and writes that client's wire
@@ -47,7 +50,9 @@ const MaxDynamic = 10_000
 // every method may be called on it.
 type Stats struct {
 	store  gostats.Store
-	sink   *netSink
+	sink   closingSink
+	prom   *promSink     // the sink, with USE_PROMETHEUS; else nil
+	server gostats.Scope // ratelimit_server: the gRPC calls
 	rl     gostats.Scope // ratelimit.service.rate_limit
 	ratio  float32
 	cancel chan struct{}
@@ -58,10 +63,20 @@ type Stats struct {
 	configLoadSuccess, configLoadErr gostats.Counter
 	globalShadowMode                 gostats.Counter
 
+	methods sync.Map // gRPC full method name → *Method
+	nMeth   atomic.Int64
+
 	cache   atomic.Pointer[limitCache]
 	dynamic sync.Map // name → *Limit
 	nDyn    atomic.Int64
 	maxDyn  int64 // MaxDynamic
+}
+
+// closingSink is a gostats sink that Close stops: what it holds is sent
+// (a statsd's) and nothing of it runs after.
+type closingSink interface {
+	gostats.Sink
+	Close()
 }
 
 // limitCache holds the counters of one configuration's limits, by
@@ -77,38 +92,52 @@ type Limit struct {
 }
 
 // New starts sending the stats of s, flushed every s.FlushInterval until
-// Close, to s.Addr over s.Protocol (tcp or udp). log receives the
-// client's errors (a statsd that does not answer), at debug level.
+// Close: to s.Addr over s.Protocol (tcp or udp), or, with s.Prometheus,
+// served for Prometheus on a listener of their own. log receives the
+// client's errors (a statsd that does not answer), at debug level. A
+// Prometheus mapping file that does not load, or an address that cannot
+// be listened on, is an error that names its variable.
 func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	host, port, err := net.SplitHostPort(s.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("rlsstats: %w", err)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return nil, fmt.Errorf("rlsstats: port %q: %w", port, err)
-	}
 	if s.FlushInterval <= 0 {
 		return nil, fmt.Errorf("rlsstats: flush interval %v: want a positive duration", s.FlushInterval)
 	}
-	if p < 0 || p > 65535 {
-		return nil, fmt.Errorf("rlsstats: port %d: want 0 to 65535", p)
+	var sink closingSink
+	var prom *promSink
+	if s.Prometheus != nil {
+		if prom, err = newPromSink(*s.Prometheus, log); err != nil {
+			return nil, fmt.Errorf("rlsstats: %w", err)
+		}
+		sink = prom
+	} else {
+		host, port, err := net.SplitHostPort(s.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("rlsstats: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("rlsstats: port %q: %w", port, err)
+		}
+		if p < 0 || p > 65535 {
+			return nil, fmt.Errorf("rlsstats: port %d: want 0 to 65535", p)
+		}
+		switch s.Protocol {
+		case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+		default:
+			return nil, fmt.Errorf("rlsstats: protocol %q: want tcp or udp", s.Protocol)
+		}
+		sink = newSink(s.Protocol, net.JoinHostPort(host, port), log)
 	}
-	switch s.Protocol {
-	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
-	default:
-		return nil, fmt.Errorf("rlsstats: protocol %q: want tcp or udp", s.Protocol)
-	}
-	sink := newSink(s.Protocol, net.JoinHostPort(host, port), log)
 	store := gostats.NewStore(sink, false)
 	service := store.ScopeWithTags("ratelimit", s.Tags).Scope("service")
 	call := service.Scope("call.should_rate_limit")
 	st = &Stats{
 		store:             store,
 		sink:              sink,
+		prom:              prom,
+		server:            store.ScopeWithTags("ratelimit_server", s.Tags),
 		rl:                service.Scope("rate_limit"),
 		ratio:             float32(s.NearLimitRatio),
 		maxDyn:            MaxDynamic,
@@ -122,6 +151,56 @@ func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 	}
 	go st.run(s.FlushInterval)
 	return st, nil
+}
+
+// PrometheusAddr is where the Prometheus listener listens (USE_PROMETHEUS);
+// nil without one.
+func (s *Stats) PrometheusAddr() net.Addr {
+	if s == nil || s.prom == nil {
+		return nil
+	}
+	return s.prom.Addr()
+}
+
+// Method is the stats of one gRPC method, as envoyproxy/ratelimit's
+// interceptor keeps them: ratelimit_server.<method>.total_requests and
+// the timer ratelimit_server.<method>.response_time, in whole
+// milliseconds.
+type Method struct {
+	total gostats.Counter
+	time  gostats.Timer
+}
+
+// ForMethod returns the stats of the gRPC method fullMethod
+// ("/package.Service/Method", named by its last part, as there); nil past
+// maxMethods names (the server's methods are far fewer).
+func (s *Stats) ForMethod(fullMethod string) *Method {
+	if s == nil {
+		return nil
+	}
+	if v, ok := s.methods.Load(fullMethod); ok {
+		return v.(*Method)
+	}
+	if s.nMeth.Add(1) > maxMethods {
+		s.nMeth.Add(-1)
+		return nil
+	}
+	name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+	v, loaded := s.methods.LoadOrStore(fullMethod, &Method{total: s.server.NewCounter(name + ".total_requests"), time: s.server.NewTimer(name + ".response_time")})
+	if loaded {
+		s.nMeth.Add(-1)
+	}
+	return v.(*Method)
+}
+
+const maxMethods = 64
+
+// Called counts one call of the method that took took.
+func (m *Method) Called(took time.Duration) {
+	if m != nil {
+		m.total.Inc()
+		m.time.AddValue(float64(took.Milliseconds()))
+	}
 }
 
 func (s *Stats) run(every time.Duration) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -42,6 +43,12 @@ func listen(t *testing.T) *sink {
 				var v uint64
 				line := sc.Text()
 				i := strings.LastIndexByte(line, ':')
+				if i >= 0 && strings.HasSuffix(line, "|ms") { // a timer: counted by name|ms
+					s.mu.Lock()
+					s.sums[line[:i]+"|ms"]++
+					s.mu.Unlock()
+					continue
+				}
 				if i < 0 || !strings.HasSuffix(line, "|c") {
 					continue
 				}
@@ -288,4 +295,39 @@ func TestCloseWithoutStatsd(t *testing.T) {
 	st.Close() // twice is fine
 	st.ConfigLoad(true)
 	st.Flush()
+}
+
+// TestMethodStats: a gRPC call counts ratelimit_server.<method>.
+// total_requests and a response_time timer line, as upstream's
+// interceptor does; the timer's line waits for the flush (a call never
+// writes to the statsd itself).
+func TestMethodStats(t *testing.T) {
+	s := listen(t)
+	st, err := New(config.Statsd{Addr: s.addr, Protocol: "udp", FlushInterval: time.Hour, Tags: map[string]string{"env": "t"}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for range 3 {
+		st.ForMethod("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit").Called(2 * time.Millisecond)
+	}
+	st.ForMethod("/grpc.health.v1.Health/Check").Called(0)
+	ns := st.sink.(*netSink)
+	ns.mu.Lock()
+	held, sent := len(ns.timers), len(ns.buf)
+	ns.mu.Unlock()
+	if held == 0 || sent != 0 {
+		t.Errorf("before the flush: %d bytes of timers kept, %d to send; want the timers kept, nothing to send", held, sent)
+	}
+	st.Flush()
+	want := map[string]uint64{
+		"ratelimit_server.ShouldRateLimit.total_requests.__env=t":   3,
+		"ratelimit_server.ShouldRateLimit.response_time.__env=t|ms": 3,
+		"ratelimit_server.Check.total_requests.__env=t":             1,
+		"ratelimit_server.Check.response_time.__env=t|ms":           1,
+	}
+	if got := s.wait(want); !maps.Equal(got, want) {
+		t.Errorf("got %v; want %v", got, want)
+	}
 }

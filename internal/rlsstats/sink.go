@@ -1,6 +1,7 @@
 package rlsstats
 
 import (
+	"bytes"
 	"log/slog"
 	"math"
 	"net"
@@ -26,7 +27,10 @@ type netSink struct {
 	conn    net.Conn
 	closed  bool
 	dropped uint64
-	log     *slog.Logger
+	// timers are the timer lines kept for the next flush (FlushTimer).
+	timers        []byte
+	timersDropped int
+	log           *slog.Logger
 }
 
 const (
@@ -51,12 +55,49 @@ func newSink(network, addr string, log *slog.Logger) *netSink {
 func (s *netSink) FlushCounter(name string, value uint64) { s.add(name, value, 0, false, "|c\n") }
 func (s *netSink) FlushGauge(name string, value uint64)   { s.add(name, value, 0, false, "|g\n") }
 
+// FlushTimer keeps a timer's line for the next flush: gostats calls it
+// as each call ends, and a call must never wait for the statsd (a dial or
+// a write). Past maxTimerBytes kept, a line is dropped.
 func (s *netSink) FlushTimer(name string, value float64) {
-	if value >= 0 && value < math.MaxUint64 && math.Trunc(value) == value {
-		s.add(name, uint64(value), 0, false, "|ms\n")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
 		return
 	}
-	s.add(name, 0, value, true, "|ms\n")
+	if len(s.timers)+len(name)+32 > maxTimerBytes {
+		s.timersDropped++
+		return
+	}
+	s.timers = append(append(s.timers, name...), ':')
+	if value >= 0 && value < math.MaxUint64 && math.Trunc(value) == value {
+		s.timers = strconv.AppendUint(s.timers, uint64(value), 10)
+	} else {
+		s.timers = strconv.AppendFloat(s.timers, value, 'f', -1, 64)
+	}
+	s.timers = append(s.timers, "|ms\n"...)
+}
+
+// maxTimerBytes bounds the timer lines kept between two flushes: some
+// 80,000 calls' at upstream's names.
+const maxTimerBytes = 4 << 20
+
+// moveTimers adds the timer lines kept to the lines to send, a packet
+// at a time. s.mu is held.
+func (s *netSink) moveTimers() {
+	rest := s.timers
+	for len(rest) > 0 {
+		i := bytes.IndexByte(rest, '\n') + 1
+		if len(s.buf) > 0 && len(s.buf)+i > s.packet {
+			s.send()
+		}
+		s.buf = append(s.buf, rest[:i]...)
+		rest = rest[i:]
+	}
+	s.timers = s.timers[:0]
+	if s.timersDropped > 0 {
+		s.log.Debug("statsd: dropped timer lines past the bound between flushes", "lines", s.timersDropped)
+		s.timersDropped = 0
+	}
 }
 
 // add appends one line, NAME:VALUE SUFFIX, the value u, or f when isFloat
@@ -79,10 +120,12 @@ func (s *netSink) add(name string, u uint64, f float64, isFloat bool, suffix str
 	s.buf = append(s.buf, suffix...)
 }
 
-// Flush writes what the lines added since the last write hold.
+// Flush writes what the lines added since the last write hold, the
+// timers' too.
 func (s *netSink) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.moveTimers()
 	s.send()
 }
 
@@ -94,6 +137,7 @@ func (s *netSink) Close() {
 	if s.closed {
 		return
 	}
+	s.moveTimers()
 	s.send()
 	s.closed = true
 	if s.conn != nil {
