@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -123,7 +124,7 @@ func upstreamOnlyFamily(name string) bool {
 }
 
 // TestRatelimitPrometheusLikeUpstream runs envoyproxy/ratelimit (main,
-// f2fb15770f7f) and `sluice ratelimit` with one environment
+// f2fb15770f7f, or without its source the January commit) and `sluice ratelimit` with one environment
 // (USE_PROMETHEUS=true, USE_STATSD=false), sends both the calls of
 // TestRatelimitStatsdLikeUpstream and holds their scrapes of
 // PROMETHEUS_ADDR/PROMETHEUS_PATH equal: every family, label set and
@@ -155,16 +156,37 @@ mappings:
   name: dropped_$1
   action: drop
 `)
-	for _, tc := range []struct {
+	cases := []struct {
 		name  string
 		extra map[string]string
 	}{
 		{"default", nil},
 		{"millis_tags", map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true", "EXTRA_TAGS": "env:test"}},
 		{"mapper", map[string]string{"PROMETHEUS_MAPPER_YAML": mapperFile, "PROMETHEUS_PATH": "/prom"}},
-	} {
+	}
+	// Without main's source (SLUICE_RATELIMIT_MAIN_SRC; CI has none) the
+	// peer is the January commit, which the module proxy serves. Its
+	// default mapping is main's without the response time's scale, which
+	// is what main's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true serves
+	// (the variable did not exist then: January ignores it), so every case
+	// runs with it: the comparison runs in CI too.
+	rel := envoytest.Main
+	if _, err := rel.Binary(); errors.Is(err, envoytest.ErrUnavailable) {
+		t.Logf("envoyproxy/ratelimit %s: %v; comparing with %s, PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true", rel.Name, err, envoytest.January.Name)
+		rel = envoytest.January
+		for i := range cases {
+			cases[i].extra = maps.Clone(cases[i].extra)
+			if cases[i].extra == nil {
+				cases[i].extra = map[string]string{}
+			}
+			cases[i].extra["PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS"] = "true"
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			comparePrometheus(t, map[string]string{"stats.yaml": statsdDomain}, tc.extra, statsdCalls())
+			comparePrometheus(t, rel, map[string]string{"stats.yaml": statsdDomain}, tc.extra, statsdCalls())
 		})
 	}
 }
@@ -172,17 +194,17 @@ mappings:
 // comparePrometheus runs both services with the files and the variables
 // of extra, sends both the calls and compares their scrapes; a run that
 // straddles a window's edge is run again on new services.
-func comparePrometheus(t *testing.T, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) {
+func comparePrometheus(t *testing.T, rel envoytest.Release, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
-		if comparePrometheusOnce(t, files, extra, calls) || attempt == 2 {
+		if comparePrometheusOnce(t, rel, files, extra, calls) || attempt == 2 {
 			return
 		}
 		t.Logf("the calls straddled a window's edge; again with new services")
 	}
 }
 
-func comparePrometheusOnce(t *testing.T, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) bool {
+func comparePrometheusOnce(t *testing.T, rel envoytest.Release, files, extra map[string]string, calls []*rlsv3.RateLimitRequest) bool {
 	env, root := statsEnv(t, files, map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true"}, extra)
 	path := "/metrics"
 	if p := env["PROMETHEUS_PATH"]; p != "" {
@@ -191,7 +213,7 @@ func comparePrometheusOnce(t *testing.T, files, extra map[string]string, calls [
 	ports := []int{freePort(t), freePort(t)}
 	theirs := maps.Clone(env)
 	theirs["PROMETHEUS_ADDR"] = "127.0.0.1:" + strconv.Itoa(ports[0])
-	peer := envoytest.StartEnvRelease(t, envoytest.Main, theirs)
+	peer := envoytest.StartEnvRelease(t, rel, theirs)
 	environ := envoytest.Environ(root, "", 0, 0, 0)
 	mine := maps.Clone(env)
 	mine["PROMETHEUS_ADDR"] = "127.0.0.1:" + strconv.Itoa(ports[1])
