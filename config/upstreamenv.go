@@ -66,6 +66,10 @@ type Upstream struct {
 	// waits; nil: sluice serves at once and Redis's errors are answered
 	// as they come until it answers.
 	RedisStartup *RedisStartup
+	// Tracing, from TRACING_ENABLED=true and the other TRACING_ variables,
+	// is how spans are exported over OTLP, as envoyproxy/ratelimit
+	// exports them; nil: no tracing, whatever the OTEL_ variables say.
+	Tracing *Tracing
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -83,6 +87,25 @@ type Statsd struct {
 	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
 	// hits count as near_limit.
 	NearLimitRatio float64
+}
+
+// Tracing is how `sluice ratelimit` exports its spans, as
+// envoyproxy/ratelimit does with TRACING_ENABLED=true: over OTLP to the
+// endpoint of the standard OTEL_EXPORTER_OTLP_ variables (the exporter
+// reads those itself), sampled by a parent-based ratio sampler.
+type Tracing struct {
+	// Protocol: TRACING_EXPORTER_PROTOCOL, "http" (OTLP/HTTP, protobuf)
+	// or "grpc".
+	Protocol string
+	// ServiceName, ServiceNamespace and ServiceInstanceID are the
+	// resource's service.name, service.namespace (none when empty) and
+	// service.instance.id (a random UUID when empty, as there), from
+	// TRACING_SERVICE_NAME, _NAMESPACE and _INSTANCE_ID.
+	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// SamplingRate: TRACING_SAMPLING_RATE, the share of the traces not
+	// begun by the caller that are sampled, from 0 to 1; a caller's
+	// sampled traceparent is followed whatever it is.
+	SamplingRate float64
 }
 
 // RedisStartup is how `sluice ratelimit` waits at start for its Redis
@@ -143,7 +166,6 @@ const (
 	noXDS              = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
 	noMemcash          = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
 	noPipelineParallel = "sluice sends a cluster's commands to each node in parallel itself, batching concurrent checks (store.redis.coalesce)"
-	noTracing          = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
 )
 
 // UpstreamVars are every environment variable of envoyproxy/ratelimit
@@ -262,12 +284,12 @@ var UpstreamVars = []UpstreamVar{
 	honour("QUOTA_MODE", "false", 'b', "true: every descriptor of a call is in quota mode, as there: the call is OVER_LIMIT only when every descriptor that is not unlimited is (one without a limit never is)"),
 	honour("RESPONSE_DYNAMIC_METADATA", "false", 'b', "true: dynamic_metadata with the domain, the descriptors, hitsAddend and the metadata: of the limits that passed (envoy_rls.response_dynamic_metadata)"),
 	honour("MERGE_DOMAIN_CONFIG", "false", 'b', "true: several files of one domain add their descriptors to it, as there (a descriptor given twice at one level is still refused); false: a second file of a domain is refused"),
-	refuse("TRACING_ENABLED", "false", 'b', noTracing),
-	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
-	refuse("TRACING_SERVICE_NAMESPACE", "", 's', noTracing),
-	refuse("TRACING_SERVICE_INSTANCE_ID", "", 's', noTracing),
-	refuse("TRACING_EXPORTER_PROTOCOL", "http", 's', noTracing),
-	refuse("TRACING_SAMPLING_RATE", "1", 'f', noTracing),
+	honour("TRACING_ENABLED", "false", 'b', "true: spans go over OTLP to the endpoint of the OTEL_EXPORTER_OTLP_ variables, as there (docs/envoy.md, \"Tracing\"); false: none, whatever the OTEL_ variables say"),
+	honour("TRACING_SERVICE_NAME", "RateLimit", 's', "the spans' service.name (over OTEL_SERVICE_NAME, as there)"),
+	honour("TRACING_SERVICE_NAMESPACE", "", 's', "their service.namespace; empty: none"),
+	honour("TRACING_SERVICE_INSTANCE_ID", "", 's', "their service.instance.id; empty: a random UUID at each start, as there"),
+	honour("TRACING_EXPORTER_PROTOCOL", "http", 's', "http (OTLP/HTTP, protobuf) or grpc (over OTEL_EXPORTER_OTLP_PROTOCOL, as there)"),
+	honour("TRACING_SAMPLING_RATE", "1", 'f', "from 0 to 1: the share of traces sampled, parent-based as there (a caller's sampled traceparent is followed)"),
 }
 
 // MinLocalCacheBytes is the least LOCAL_CACHE_SIZE_IN_BYTES gives, as
@@ -445,6 +467,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	}
 	c.EnvoyRLS.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
 	up.Statsd = statsdFromEnv(vals, bad)
+	up.Tracing = tracingFromEnv(env, vals, bad, &up.Notes)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}
@@ -640,6 +663,60 @@ func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
 		}
 	}
 	return s
+}
+
+// tracingOverridden are the OTEL_ variables that say what a TRACING_
+// variable says, and which one decides instead under `sluice ratelimit`.
+var tracingOverridden = []struct{ otel, by string }{
+	{"OTEL_SDK_DISABLED", "TRACING_ENABLED"},
+	{"OTEL_TRACES_EXPORTER", "TRACING_ENABLED"},
+	{"OTEL_SERVICE_NAME", "TRACING_SERVICE_NAME"},
+	{"OTEL_EXPORTER_OTLP_PROTOCOL", "TRACING_EXPORTER_PROTOCOL"},
+	{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "TRACING_EXPORTER_PROTOCOL"},
+	{"OTEL_TRACES_SAMPLER", "TRACING_SAMPLING_RATE"},
+	{"OTEL_TRACES_SAMPLER_ARG", "TRACING_SAMPLING_RATE"},
+}
+
+// tracingFromEnv reads the TRACING_ variables; nil unless
+// TRACING_ENABLED is true. Their values are checked either way. The
+// OTEL_ variables that say the same are ignored, as envoyproxy/ratelimit
+// ignores them, with a note saying so.
+func tracingFromEnv(env map[string]string, vals map[string]any, bad func(string, ...any), notes *[]string) *Tracing {
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	t := &Tracing{ServiceName: str("TRACING_SERVICE_NAME"), ServiceNamespace: str("TRACING_SERVICE_NAMESPACE"), ServiceInstanceID: str("TRACING_SERVICE_INSTANCE_ID")}
+	switch p := strings.ToLower(str("TRACING_EXPORTER_PROTOCOL")); p {
+	case "http", "": // upstream takes empty for http
+		t.Protocol = "http"
+	case "grpc":
+		t.Protocol = "grpc"
+	default:
+		bad("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", str("TRACING_EXPORTER_PROTOCOL"))
+	}
+	if raw, set := env["TRACING_SAMPLING_RATE"]; set {
+		if rate, ok := vals["TRACING_SAMPLING_RATE"].(float64); ok {
+			if !(rate >= 0 && rate <= 1) {
+				bad("TRACING_SAMPLING_RATE=%q: want a number from 0 (no trace sampled) to 1 (every one)", raw)
+			}
+			t.SamplingRate = rate
+		} // else parseVar said what is wrong
+	} else {
+		t.SamplingRate = 1
+	}
+	if on, _ := vals["TRACING_ENABLED"].(bool); !on {
+		for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"} {
+			if env[name] != "" && env[name] != "none" {
+				*notes = append(*notes, fmt.Sprintf("%s is set but TRACING_ENABLED is not true: no spans are exported, as envoyproxy/ratelimit exports none; set TRACING_ENABLED=true to export them", name))
+				break
+			}
+		}
+		return nil
+	}
+	for _, o := range tracingOverridden {
+		if v := env[o.otel]; v != "" {
+			*notes = append(*notes, fmt.Sprintf("%s=%s: ignored, %s decides, as in envoyproxy/ratelimit", o.otel, v, o.by))
+		}
+	}
+	return t
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

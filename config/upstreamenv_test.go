@@ -129,6 +129,25 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, sd.Tags), "stats.local:9125 udp 250ms 0.5 map[env:prod team:edge]")
 		}},
 		{[]string{"USE_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
+		// Tracing: none unless TRACING_ENABLED is true, whatever the
+		// OTEL_ variables say (they are noted); upstream's defaults.
+		{[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318"}, func(c *config.Config) string {
+			up := c.EnvoyRLS.Upstream
+			return want(fmt.Sprint(up.Tracing == nil, " ", slices.ContainsFunc(up.Notes, func(n string) bool { return strings.Contains(n, "TRACING_ENABLED is not true") })), "true true")
+		}},
+		{[]string{"TRACING_ENABLED=true"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.Tracing), "&{http RateLimit   1}")
+		}},
+		{[]string{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=GRPC", "TRACING_SERVICE_NAME=rl", "TRACING_SERVICE_NAMESPACE=edge", "TRACING_SERVICE_INSTANCE_ID=rl-0", "TRACING_SAMPLING_RATE=0.25",
+			"OTEL_TRACES_SAMPLER=always_off"}, func(c *config.Config) string {
+			up := c.EnvoyRLS.Upstream
+			return want(fmt.Sprint(up.Tracing, " ", slices.Contains(up.Notes, "OTEL_TRACES_SAMPLER=always_off: ignored, TRACING_SAMPLING_RATE decides, as in envoyproxy/ratelimit")),
+				"&{grpc rl edge rl-0 0.25} true")
+		}},
+		{[]string{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=", "TRACING_SAMPLING_RATE=0"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.Tracing), "&{http RateLimit   0}")
+		}},
+		{[]string{"TRACING_ENABLED=false", "TRACING_SAMPLING_RATE=0.5"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Tracing == nil, true) }},
 		{[]string{"LOG_LEVEL=fatal"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "error") }},
 		{[]string{"RUNTIME_APPDIRECTORY=config/nested"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "nested") }},
 		{[]string{"RUNTIME_WATCH_ROOT=false"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "config") }},
@@ -343,6 +362,12 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"REDIS_STARTUP_MAX_INTERVAL=10ms", "REDIS_STARTUP_MAX_INTERVAL=10ms is less than REDIS_STARTUP_INITIAL_INTERVAL=1s"},
 		{"REDIS_STARTUP_MAX_ELAPSED_TIME=-1s", "REDIS_STARTUP_MAX_ELAPSED_TIME=-1s: want 0"},
 		{"REDIS_STARTUP_MAX_INTERVAL=later", "REDIS_STARTUP_MAX_INTERVAL=\"later\": want a duration"},
+		// Checked with TRACING_ENABLED unset too.
+		{"TRACING_SAMPLING_RATE=abc", "TRACING_SAMPLING_RATE=\"abc\": want a number"},
+		{"TRACING_SAMPLING_RATE=2", "TRACING_SAMPLING_RATE=\"2\": want a number from 0 (no trace sampled) to 1"},
+		{"TRACING_SAMPLING_RATE=NaN", "TRACING_SAMPLING_RATE=\"NaN\": want a number from 0"},
+		{"TRACING_EXPORTER_PROTOCOL=http/json", "TRACING_EXPORTER_PROTOCOL=\"http/json\": want http or grpc"},
+		{"TRACING_ENABLED=on", "TRACING_ENABLED=\"on\": want true or false"},
 	} {
 		env, _ := upstreamBase(t)
 		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=true", tc.v))

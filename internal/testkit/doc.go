@@ -14,6 +14,7 @@
 //   - proxytest: real NGINX and Caddy processes.
 //   - certstest: a test CA that issues certificates.
 //   - stall: how long this process was kept from running.
+//   - otlptest: an OTLP trace receiver (gRPC or HTTP) on loopback.
 //
 // docs/testing.md says how the suite uses them.
 package testkit
