@@ -87,6 +87,48 @@ type Statsd struct {
 	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
 	// hits count as near_limit.
 	NearLimitRatio float64
+	// Dog: USE_DOG_STATSD, the stats go as DogStatsD (over UDP, the tags
+	// as tags, not in the names), renamed by Mogrifiers.
+	Dog        bool
+	Mogrifiers []Mogrifier
+}
+
+// Mogrifier is one of USE_DOG_STATSD_MOGRIFIERS: a stat whose name
+// Pattern matches (the first mogrifier that does) is sent as Name with
+// Tags, where $0, $1, … stand for the match and its groups.
+type Mogrifier struct {
+	Pattern *regexp.Regexp
+	Name    string
+	Tags    [][2]string // key, value
+}
+
+// Mogrify returns the name and the tags (key:value) of a stat named name.
+func Mogrify(ms []Mogrifier, name string) (string, []string) {
+	for _, m := range ms {
+		match := m.Pattern.FindStringSubmatch(name)
+		if match == nil {
+			continue
+		}
+		tags := make([]string, 0, len(m.Tags))
+		for _, t := range m.Tags {
+			tags = append(tags, t[0]+":"+expandMatch(t[1], match))
+		}
+		return expandMatch(m.Name, match), tags
+	}
+	return name, nil
+}
+
+var matchRef = regexp.MustCompile(`\$\d+`)
+
+// expandMatch replaces $N in pattern by match[N]; one beyond the groups
+// stays as written.
+func expandMatch(pattern string, match []string) string {
+	return matchRef.ReplaceAllStringFunc(pattern, func(ref string) string {
+		if i, err := strconv.Atoi(ref[1:]); err == nil && i < len(match) {
+			return match[i]
+		}
+		return ref
+	})
 }
 
 // Tracing is how `sluice ratelimit` exports its spans, as
@@ -162,7 +204,6 @@ func refuse(name, def string, kind byte, instead string) UpstreamVar {
 }
 
 const (
-	noDogStatsd        = "sluice sends plain statsd (USE_STATSD, the tags of EXTRA_TAGS in the names), not DogStatsD's tags: unset it, or scrape sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics"
 	noXDS              = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
 	noMemcash          = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
 	noPipelineParallel = "sluice sends a cluster's commands to each node in parallel itself, batching concurrent checks (store.redis.coalesce)"
@@ -206,8 +247,8 @@ var UpstreamVars = []UpstreamVar{
 	refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", 'f', noXDS),
 	refuse("XDS_CLIENT_BACKOFF_JITTER", "true", 'b', noXDS),
 	refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", 's', noXDS),
-	refuse("USE_DOG_STATSD", "false", 'b', noDogStatsd),
-	refuse("USE_DOG_STATSD_MOGRIFIERS", "", 's', noDogStatsd),
+	honour("USE_DOG_STATSD", "false", 'b', "true (with USE_STATSD=false, as there): the stats go as DogStatsD over UDP to STATSD_HOST:STATSD_PORT, EXTRA_TAGS as tags"),
+	honour("USE_DOG_STATSD_MOGRIFIERS", "", 's', "names of mogrifiers, comma-separated, each read from DOG_STATSD_MOGRIFIER_<name>_PATTERN, _NAME and _TAGS, as there: the first whose pattern matches a stat's name renames it and adds tags"),
 	honour("USE_STATSD", "true", 'b', "true: envoyproxy/ratelimit's statsd counters, its names (ratelimit.service.…), to STATSD_HOST:STATSD_PORT, as there; no statsd listening costs nothing"),
 	honour("STATSD_HOST", "localhost", 's', "the statsd's host"),
 	honour("STATSD_PORT", "8125", 'i', "the statsd's port"),
@@ -466,7 +507,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 		}
 	}
 	c.EnvoyRLS.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
-	up.Statsd = statsdFromEnv(vals, bad)
+	up.Statsd = statsdFromEnv(env, vals, bad)
 	up.Tracing = tracingFromEnv(env, vals, bad, &up.Notes)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
@@ -621,17 +662,24 @@ func redisStartupFromEnv(env map[string]string, vals map[string]any, bad func(st
 // statsdFromEnv reads USE_STATSD, DISABLE_STATS, the STATSD_ variables,
 // EXTRA_TAGS, STATS_FLUSH_INTERVAL and NEAR_LIMIT_RATIO; nil when no
 // stats are sent.
-func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
+func statsdFromEnv(env map[string]string, vals map[string]any, bad func(string, ...any)) *Statsd {
 	str := func(name string) string { s, _ := vals[name].(string); return s }
 	ratio, _ := vals["NEAR_LIMIT_RATIO"].(float64)
 	if !(ratio >= 0 && ratio <= 1) {
 		bad("NEAR_LIMIT_RATIO=%v: want a number from 0 to 1, such as 0.8", ratio)
 	}
 	on, _ := vals["USE_STATSD"].(bool)
-	if off, _ := vals["DISABLE_STATS"].(bool); off || !on {
+	dog, _ := vals["USE_DOG_STATSD"].(bool)
+	if off, _ := vals["DISABLE_STATS"].(bool); off || !on && !dog {
 		return nil
 	}
-	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}}
+	if on && dog {
+		bad("USE_DOG_STATSD=true with USE_STATSD=true (its default): envoyproxy/ratelimit sends to one stats sink and refuses to start; set USE_STATSD=false")
+	}
+	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}, Dog: dog}
+	if dog {
+		s.Mogrifiers = mogrifiersFromEnv(env, str("USE_DOG_STATSD_MOGRIFIERS"), bad)
+	}
 	host := str("STATSD_HOST")
 	if host == "" {
 		bad("STATSD_HOST is empty: want the statsd's host, such as localhost")
@@ -644,6 +692,9 @@ func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
 	switch p := strings.ToLower(str("STATSD_PROTOCOL")); p {
 	case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6":
 		s.Protocol = p
+		if dog {
+			s.Protocol = "udp" // DogStatsD's client sends over UDP whatever STATSD_PROTOCOL says
+		}
 	default:
 		bad("STATSD_PROTOCOL=%q: want tcp or udp", str("STATSD_PROTOCOL"))
 	}
@@ -717,6 +768,47 @@ func tracingFromEnv(env map[string]string, vals map[string]any, bad func(string,
 		}
 	}
 	return t
+}
+
+// mogrifiersFromEnv reads the mogrifiers named in list (comma-separated,
+// as envconfig reads a list): DOG_STATSD_MOGRIFIER_<name>_PATTERN (a
+// regular expression), _NAME and _TAGS (key:value pairs, comma-separated;
+// $0, $1, … in the name and values stand for the match and its groups).
+func mogrifiersFromEnv(env map[string]string, list string, bad func(string, ...any)) []Mogrifier {
+	var ms []Mogrifier
+	if strings.TrimSpace(list) == "" {
+		return nil
+	}
+	for _, name := range strings.Split(list, ",") {
+		prefix := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(name) + "_" // as envconfig reads it
+		pattern, ok := env[prefix+"PATTERN"]
+		if !ok || pattern == "" {
+			bad("USE_DOG_STATSD_MOGRIFIERS names %q, but %sPATTERN is not set: want a regular expression", name, prefix)
+			continue
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			bad("%sPATTERN=%q: not a regular expression: %v", prefix, pattern, err)
+			continue
+		}
+		m := Mogrifier{Pattern: re, Name: env[prefix+"NAME"]}
+		if m.Name == "" {
+			bad("%sNAME is not set: want the name to send a matching stat as, such as ratelimit.$1", prefix)
+			continue
+		}
+		if tags := env[prefix+"TAGS"]; tags != "" {
+			for _, pair := range strings.Split(tags, ",") {
+				k, v, ok := strings.Cut(pair, ":")
+				if !ok || k == "" || v == "" {
+					bad("%sTAGS=%q: %q is no key:value; want key:value pairs separated by commas, such as domain:$1", prefix, tags, pair)
+					continue
+				}
+				m.Tags = append(m.Tags, [2]string{k, v})
+			}
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

@@ -128,6 +128,20 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			}
 			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, sd.Tags), "stats.local:9125 udp 250ms 0.5 map[env:prod team:edge]")
 		}},
+		// DogStatsD: over UDP whatever STATSD_PROTOCOL says, with the
+		// mogrifiers named, in their order.
+		{[]string{"USE_DOG_STATSD=true", "STATSD_PROTOCOL=tcp", "USE_DOG_STATSD_MOGRIFIERS=rl,Other",
+			`DOG_STATSD_MOGRIFIER_RL_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.+)\.([a-z_]+)$`, "DOG_STATSD_MOGRIFIER_RL_NAME=ratelimit.$3", "DOG_STATSD_MOGRIFIER_RL_TAGS=domain:$1,descriptor:$2,n:$9",
+			"DOG_STATSD_MOGRIFIER_OTHER_PATTERN=^x$", "DOG_STATSD_MOGRIFIER_OTHER_NAME=y"}, func(c *config.Config) string {
+			sd := c.EnvoyRLS.Upstream.Statsd
+			if sd == nil || !sd.Dog || len(sd.Mogrifiers) != 2 {
+				return fmt.Sprintf("statsd %+v; want DogStatsD with two mogrifiers", sd)
+			}
+			name, tags := config.Mogrify(sd.Mogrifiers, "ratelimit.service.rate_limit.d.k_v.total_hits")
+			other, none := config.Mogrify(sd.Mogrifiers, "ratelimit.service.config_load_success")
+			return want(fmt.Sprint(sd.Protocol, " ", name, " ", tags, " ", other, " ", none), "udp ratelimit.total_hits [domain:d descriptor:k_v n:$9] ratelimit.service.config_load_success []")
+		}},
+		{[]string{"USE_DOG_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
 		{[]string{"USE_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
 		// Tracing: none unless TRACING_ENABLED is true, whatever the
 		// OTEL_ variables say (they are noted); upstream's defaults.
@@ -362,6 +376,7 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"REDIS_STARTUP_MAX_INTERVAL=10ms", "REDIS_STARTUP_MAX_INTERVAL=10ms is less than REDIS_STARTUP_INITIAL_INTERVAL=1s"},
 		{"REDIS_STARTUP_MAX_ELAPSED_TIME=-1s", "REDIS_STARTUP_MAX_ELAPSED_TIME=-1s: want 0"},
 		{"REDIS_STARTUP_MAX_INTERVAL=later", "REDIS_STARTUP_MAX_INTERVAL=\"later\": want a duration"},
+		{"USE_DOG_STATSD=true", "USE_DOG_STATSD=true with USE_STATSD=true"},
 		// Checked with TRACING_ENABLED unset too.
 		{"TRACING_SAMPLING_RATE=abc", "TRACING_SAMPLING_RATE=\"abc\": want a number"},
 		{"TRACING_SAMPLING_RATE=2", "TRACING_SAMPLING_RATE=\"2\": want a number from 0 (no trace sampled) to 1"},
@@ -373,6 +388,22 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=true", tc.v))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v; want one containing %q", tc.v, err, tc.want)
+		}
+	}
+	// The mogrifiers, with USE_DOG_STATSD=true and USE_STATSD=false.
+	for _, tc := range []struct {
+		vars []string
+		want string
+	}{
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl"}, "DOG_STATSD_MOGRIFIER_RL_PATTERN is not set"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=(", "DOG_STATSD_MOGRIFIER_RL_NAME=x"}, "DOG_STATSD_MOGRIFIER_RL_PATTERN=\"(\": not a regular expression"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=x"}, "DOG_STATSD_MOGRIFIER_RL_NAME is not set"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=x", "DOG_STATSD_MOGRIFIER_RL_NAME=y", "DOG_STATSD_MOGRIFIER_RL_TAGS=domain"}, "DOG_STATSD_MOGRIFIER_RL_TAGS=\"domain\": \"domain\" is no key:value"},
+	} {
+		env, _ := upstreamBase(t)
+		_, err := config.FromUpstreamEnv(append(append(env, "USE_STATSD=false", "USE_DOG_STATSD=true"), tc.vars...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v; want one containing %q", tc.vars, err, tc.want)
 		}
 	}
 	// Two problems are both reported.

@@ -103,7 +103,11 @@ func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 		return nil, fmt.Errorf("rlsstats: protocol %q: want tcp or udp", s.Protocol)
 	}
 	sink := newSink(s.Protocol, net.JoinHostPort(host, port), log)
-	store := gostats.NewStore(sink, false)
+	var flushed gostats.Sink = sink
+	if s.Dog {
+		flushed = &dogSink{netSink: sink, mogrifiers: s.Mogrifiers}
+	}
+	store := gostats.NewStore(flushed, false)
 	service := store.ScopeWithTags("ratelimit", s.Tags).Scope("service")
 	call := service.Scope("call.should_rate_limit")
 	st = &Stats{

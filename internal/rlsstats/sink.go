@@ -5,8 +5,11 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // netSink writes the statsd lines of a flush to the statsd in the goroutine
@@ -128,4 +131,48 @@ func (s *netSink) send() {
 func (s *netSink) drop(err error) {
 	s.dropped += uint64(len(s.buf))
 	s.log.Debug("statsd: dropped stats", "bytes", len(s.buf), "dropped_total", s.dropped, "addr", s.addr, "err", err)
+}
+
+// dogSink writes the lines as DogStatsD (USE_DOG_STATSD), as
+// envoyproxy/ratelimit's DogStatsD sink does: the tags that gostats puts
+// in a name (NAME.__KEY=VALUE…, EXTRA_TAGS) go as tags, then the first
+// mogrifier whose pattern matches the name renames it and adds its tags:
+// NAME:VALUE|c|#KEY:VALUE,….
+type dogSink struct {
+	*netSink
+	mogrifiers []config.Mogrifier
+}
+
+func (d *dogSink) FlushCounter(name string, value uint64) {
+	name, suffix := d.tagged(name, "|c")
+	d.add(name, value, 0, false, suffix)
+}
+
+func (d *dogSink) FlushGauge(name string, value uint64) {
+	name, suffix := d.tagged(name, "|g")
+	d.add(name, value, 0, false, suffix)
+}
+
+func (d *dogSink) FlushTimer(name string, value float64) {
+	name, suffix := d.tagged(name, "|ms")
+	d.add(name, 0, value, true, suffix)
+}
+
+// tagged returns the name to send and the line's end: kind, then the tags.
+func (d *dogSink) tagged(name, kind string) (string, string) {
+	var tags []string
+	if short, rest, ok := strings.Cut(name, ".__"); ok {
+		name = short
+		for _, pair := range strings.Split(rest, ".__") {
+			if k, v, ok := strings.Cut(pair, "="); ok {
+				tags = append(tags, k+":"+v)
+			}
+		}
+	}
+	name, more := config.Mogrify(d.mogrifiers, name)
+	tags = append(tags, more...)
+	if len(tags) == 0 {
+		return name, kind + "\n"
+	}
+	return name, kind + "|#" + strings.Join(tags, ",") + "\n"
 }
