@@ -67,6 +67,10 @@ type Upstream struct {
 	// waits; nil: sluice serves at once and Redis's errors are answered
 	// as they come until it answers.
 	RedisStartup *RedisStartup
+	// Tracing, from TRACING_ENABLED=true and the other TRACING_ variables,
+	// is how spans are exported over OTLP, as envoyproxy/ratelimit
+	// exports them; nil: no tracing, whatever the OTEL_ variables say.
+	Tracing *Tracing
 	// Notes are the variables set that sluice accepts without their
 	// having an effect on answers, with why, to log at start.
 	Notes []string
@@ -88,6 +92,67 @@ type Statsd struct {
 	// NearLimitRatio: NEAR_LIMIT_RATIO, the share of a limit past which
 	// hits count as near_limit.
 	NearLimitRatio float64
+	// Dog: USE_DOG_STATSD, the stats go as DogStatsD (over UDP, the tags
+	// as tags, not in the names), renamed by Mogrifiers.
+	Dog        bool
+	Mogrifiers []Mogrifier
+}
+
+// Mogrifier is one of USE_DOG_STATSD_MOGRIFIERS: a stat whose name
+// Pattern matches (the first mogrifier that does) is sent as Name with
+// Tags, where $0, $1, … stand for the match and its groups.
+type Mogrifier struct {
+	Pattern *regexp.Regexp
+	Name    string
+	Tags    [][2]string // key, value
+}
+
+// Mogrify returns the name and the tags (key:value) of a stat named name.
+func Mogrify(ms []Mogrifier, name string) (string, []string) {
+	for _, m := range ms {
+		match := m.Pattern.FindStringSubmatch(name)
+		if match == nil {
+			continue
+		}
+		tags := make([]string, 0, len(m.Tags))
+		for _, t := range m.Tags {
+			tags = append(tags, t[0]+":"+expandMatch(t[1], match))
+		}
+		return expandMatch(m.Name, match), tags
+	}
+	return name, nil
+}
+
+var matchRef = regexp.MustCompile(`\$\d+`)
+
+// expandMatch replaces $N in pattern by match[N]; one beyond the groups
+// stays as written.
+func expandMatch(pattern string, match []string) string {
+	return matchRef.ReplaceAllStringFunc(pattern, func(ref string) string {
+		if i, err := strconv.Atoi(ref[1:]); err == nil && i < len(match) {
+			return match[i]
+		}
+		return ref
+	})
+}
+
+// Tracing is how `sluice ratelimit` exports its spans, as
+// envoyproxy/ratelimit does with TRACING_ENABLED=true: over OTLP to the
+// endpoint of the standard OTEL_EXPORTER_OTLP_ variables (the exporter
+// reads those itself), sampled by a parent-based ratio sampler.
+type Tracing struct {
+	// Protocol: TRACING_EXPORTER_PROTOCOL, "http" (OTLP/HTTP, protobuf)
+	// or "grpc".
+	Protocol string
+	// ServiceName, ServiceNamespace and ServiceInstanceID are the
+	// resource's service.name, service.namespace (none when empty) and
+	// service.instance.id (a random UUID when empty, as there), from
+	// TRACING_SERVICE_NAME, _NAMESPACE and _INSTANCE_ID.
+	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// SamplingRate: TRACING_SAMPLING_RATE, the share of the traces not
+	// begun by the caller that are sampled, from 0 to 1; a caller's
+	// sampled traceparent is followed whatever it is.
+	SamplingRate float64
 }
 
 // Prometheus is how envoyproxy/ratelimit's stats are served for
@@ -158,11 +223,9 @@ func refuse(name, def string, kind byte, instead string) UpstreamVar {
 }
 
 const (
-	noDogStatsd        = "sluice sends plain statsd (USE_STATSD, the tags of EXTRA_TAGS in the names), not DogStatsD's tags: unset it, or scrape sluice's Prometheus metrics at http://DEBUG_HOST:DEBUG_PORT/metrics"
 	noXDS              = "sluice reads the descriptor files only (CONFIG_TYPE=FILE): mount them under RUNTIME_ROOT and unset it"
 	noMemcash          = "sluice keeps its counters in Redis only: set BACKEND_TYPE=redis and the REDIS_ variables"
 	noPipelineParallel = "sluice sends a cluster's commands to each node in parallel itself, batching concurrent checks (store.redis.coalesce)"
-	noTracing          = "sluice traces through the OTEL_ variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER): set those and unset it"
 )
 
 // UpstreamVars are every environment variable of envoyproxy/ratelimit
@@ -203,8 +266,8 @@ var UpstreamVars = []UpstreamVar{
 	refuse("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", 'f', noXDS),
 	refuse("XDS_CLIENT_BACKOFF_JITTER", "true", 'b', noXDS),
 	refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", 's', noXDS),
-	refuse("USE_DOG_STATSD", "false", 'b', noDogStatsd),
-	refuse("USE_DOG_STATSD_MOGRIFIERS", "", 's', noDogStatsd),
+	honour("USE_DOG_STATSD", "false", 'b', "true (with USE_STATSD=false, as there): the stats go as DogStatsD over UDP to STATSD_HOST:STATSD_PORT, EXTRA_TAGS as tags"),
+	honour("USE_DOG_STATSD_MOGRIFIERS", "", 's', "names of mogrifiers, comma-separated, each read from DOG_STATSD_MOGRIFIER_<name>_PATTERN, _NAME and _TAGS, as there: the first whose pattern matches a stat's name renames it and adds tags"),
 	honour("USE_STATSD", "true", 'b', "true: envoyproxy/ratelimit's statsd counters, its names (ratelimit.service.…), to STATSD_HOST:STATSD_PORT, as there; no statsd listening costs nothing"),
 	honour("STATSD_HOST", "localhost", 's', "the statsd's host"),
 	honour("STATSD_PORT", "8125", 'i', "the statsd's port"),
@@ -281,12 +344,12 @@ var UpstreamVars = []UpstreamVar{
 	honour("QUOTA_MODE", "false", 'b', "true: every descriptor of a call is in quota mode, as there: the call is OVER_LIMIT only when every descriptor that is not unlimited is (one without a limit never is)"),
 	honour("RESPONSE_DYNAMIC_METADATA", "false", 'b', "true: dynamic_metadata with the domain, the descriptors, hitsAddend and the metadata: of the limits that passed (envoy_rls.response_dynamic_metadata)"),
 	honour("MERGE_DOMAIN_CONFIG", "false", 'b', "true: several files of one domain add their descriptors to it, as there (a descriptor given twice at one level is still refused); false: a second file of a domain is refused"),
-	refuse("TRACING_ENABLED", "false", 'b', noTracing),
-	refuse("TRACING_SERVICE_NAME", "RateLimit", 's', noTracing),
-	refuse("TRACING_SERVICE_NAMESPACE", "", 's', noTracing),
-	refuse("TRACING_SERVICE_INSTANCE_ID", "", 's', noTracing),
-	refuse("TRACING_EXPORTER_PROTOCOL", "http", 's', noTracing),
-	refuse("TRACING_SAMPLING_RATE", "1", 'f', noTracing),
+	honour("TRACING_ENABLED", "false", 'b', "true: spans go over OTLP to the endpoint of the OTEL_EXPORTER_OTLP_ variables, as there (docs/envoy.md, \"Tracing\"); false: none, whatever the OTEL_ variables say"),
+	honour("TRACING_SERVICE_NAME", "RateLimit", 's', "the spans' service.name (over OTEL_SERVICE_NAME, as there)"),
+	honour("TRACING_SERVICE_NAMESPACE", "", 's', "their service.namespace; empty: none"),
+	honour("TRACING_SERVICE_INSTANCE_ID", "", 's', "their service.instance.id; empty: a random UUID at each start, as there"),
+	honour("TRACING_EXPORTER_PROTOCOL", "http", 's', "http (OTLP/HTTP, protobuf) or grpc (over OTEL_EXPORTER_OTLP_PROTOCOL, as there)"),
+	honour("TRACING_SAMPLING_RATE", "1", 'f', "from 0 to 1: the share of traces sampled, parent-based as there (a caller's sampled traceparent is followed)"),
 }
 
 // MinLocalCacheBytes is the least LOCAL_CACHE_SIZE_IN_BYTES gives, as
@@ -463,7 +526,8 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 		}
 	}
 	c.EnvoyRLS.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA")
-	up.Statsd = statsdFromEnv(vals, bad)
+	up.Statsd = statsdFromEnv(env, vals, bad)
+	up.Tracing = tracingFromEnv(env, vals, bad, &up.Notes)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUpstreamEnv, strings.Join(problems, "; "))
 	}
@@ -614,29 +678,37 @@ func redisStartupFromEnv(env map[string]string, vals map[string]any, bad func(st
 	return s
 }
 
-// statsdFromEnv reads USE_STATSD, USE_PROMETHEUS, DISABLE_STATS, the
-// STATSD_ and PROMETHEUS_ variables, EXTRA_TAGS, STATS_FLUSH_INTERVAL and
-// NEAR_LIMIT_RATIO; nil when no stats are sent. As there, DISABLE_STATS
-// wins over both, and USE_STATSD (true unless set false) with
-// USE_PROMETHEUS is refused.
-func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
+// statsdFromEnv reads USE_STATSD, USE_DOG_STATSD, USE_PROMETHEUS,
+// DISABLE_STATS, the STATSD_, DOG_STATSD_ and PROMETHEUS_ variables,
+// EXTRA_TAGS, STATS_FLUSH_INTERVAL and NEAR_LIMIT_RATIO; nil when no
+// stats are sent. As there, DISABLE_STATS wins over all, and two sinks at
+// once (USE_STATSD is true unless set false) are refused.
+func statsdFromEnv(env map[string]string, vals map[string]any, bad func(string, ...any)) *Statsd {
 	str := func(name string) string { s, _ := vals[name].(string); return s }
 	ratio, _ := vals["NEAR_LIMIT_RATIO"].(float64)
 	if !(ratio >= 0 && ratio <= 1) {
 		bad("NEAR_LIMIT_RATIO=%v: want a number from 0 to 1, such as 0.8", ratio)
 	}
 	useStatsd, _ := vals["USE_STATSD"].(bool)
+	dog, _ := vals["USE_DOG_STATSD"].(bool)
 	useProm, _ := vals["USE_PROMETHEUS"].(bool)
-	if off, _ := vals["DISABLE_STATS"].(bool); off || !useStatsd && !useProm {
+	if off, _ := vals["DISABLE_STATS"].(bool); off || !useStatsd && !dog && !useProm {
 		return nil
 	}
-	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}}
+	s := &Statsd{NearLimitRatio: ratio, Tags: map[string]string{}, Dog: dog}
 	switch {
+	case useStatsd && dog:
+		bad("USE_DOG_STATSD=true with USE_STATSD=true (its default): envoyproxy/ratelimit sends to one stats sink and refuses to start; set USE_STATSD=false")
 	case useStatsd && useProm:
 		bad("USE_PROMETHEUS=true with USE_STATSD=true (its default): one stats sink at a time, as envoyproxy/ratelimit refuses both: set USE_STATSD=false")
+	case dog && useProm:
+		bad("USE_PROMETHEUS=true with USE_DOG_STATSD=true: one stats sink at a time, as envoyproxy/ratelimit refuses both: unset one")
 	case useProm:
 		s.Prometheus = prometheusFromEnv(vals, bad)
-	default:
+	default: // statsd, or DogStatsD
+		if dog {
+			s.Mogrifiers = mogrifiersFromEnv(env, str("USE_DOG_STATSD_MOGRIFIERS"), bad)
+		}
 		host := str("STATSD_HOST")
 		if host == "" {
 			bad("STATSD_HOST is empty: want the statsd's host, such as localhost")
@@ -649,6 +721,9 @@ func statsdFromEnv(vals map[string]any, bad func(string, ...any)) *Statsd {
 		switch p := strings.ToLower(str("STATSD_PROTOCOL")); p {
 		case "tcp", "udp", "tcp4", "tcp6", "udp4", "udp6":
 			s.Protocol = p
+			if dog {
+				s.Protocol = "udp" // DogStatsD's client sends over UDP whatever STATSD_PROTOCOL says
+			}
 		default:
 			bad("STATSD_PROTOCOL=%q: want tcp or udp", str("STATSD_PROTOCOL"))
 		}
@@ -692,6 +767,101 @@ func prometheusFromEnv(vals map[string]any, bad func(string, ...any)) *Prometheu
 		bad("PROMETHEUS_PATH=%q: want a path starting with /, such as /metrics", p.Path)
 	}
 	return p
+}
+
+// tracingOverridden are the OTEL_ variables that say what a TRACING_
+// variable says, and which one decides instead under `sluice ratelimit`.
+var tracingOverridden = []struct{ otel, by string }{
+	{"OTEL_SDK_DISABLED", "TRACING_ENABLED"},
+	{"OTEL_TRACES_EXPORTER", "TRACING_ENABLED"},
+	{"OTEL_SERVICE_NAME", "TRACING_SERVICE_NAME"},
+	{"OTEL_EXPORTER_OTLP_PROTOCOL", "TRACING_EXPORTER_PROTOCOL"},
+	{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "TRACING_EXPORTER_PROTOCOL"},
+	{"OTEL_TRACES_SAMPLER", "TRACING_SAMPLING_RATE"},
+	{"OTEL_TRACES_SAMPLER_ARG", "TRACING_SAMPLING_RATE"},
+}
+
+// tracingFromEnv reads the TRACING_ variables; nil unless
+// TRACING_ENABLED is true. Their values are checked either way. The
+// OTEL_ variables that say the same are ignored, as envoyproxy/ratelimit
+// ignores them, with a note saying so.
+func tracingFromEnv(env map[string]string, vals map[string]any, bad func(string, ...any), notes *[]string) *Tracing {
+	str := func(name string) string { s, _ := vals[name].(string); return s }
+	t := &Tracing{ServiceName: str("TRACING_SERVICE_NAME"), ServiceNamespace: str("TRACING_SERVICE_NAMESPACE"), ServiceInstanceID: str("TRACING_SERVICE_INSTANCE_ID")}
+	switch p := strings.ToLower(str("TRACING_EXPORTER_PROTOCOL")); p {
+	case "http", "": // upstream takes empty for http
+		t.Protocol = "http"
+	case "grpc":
+		t.Protocol = "grpc"
+	default:
+		bad("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", str("TRACING_EXPORTER_PROTOCOL"))
+	}
+	if raw, set := env["TRACING_SAMPLING_RATE"]; set {
+		if rate, ok := vals["TRACING_SAMPLING_RATE"].(float64); ok {
+			if !(rate >= 0 && rate <= 1) {
+				bad("TRACING_SAMPLING_RATE=%q: want a number from 0 (no trace sampled) to 1 (every one)", raw)
+			}
+			t.SamplingRate = rate
+		} // else parseVar said what is wrong
+	} else {
+		t.SamplingRate = 1
+	}
+	if on, _ := vals["TRACING_ENABLED"].(bool); !on {
+		for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"} {
+			if env[name] != "" && env[name] != "none" {
+				*notes = append(*notes, fmt.Sprintf("%s is set but TRACING_ENABLED is not true: no spans are exported, as envoyproxy/ratelimit exports none; set TRACING_ENABLED=true to export them", name))
+				break
+			}
+		}
+		return nil
+	}
+	for _, o := range tracingOverridden {
+		if v := env[o.otel]; v != "" {
+			*notes = append(*notes, fmt.Sprintf("%s=%s: ignored, %s decides, as in envoyproxy/ratelimit", o.otel, v, o.by))
+		}
+	}
+	return t
+}
+
+// mogrifiersFromEnv reads the mogrifiers named in list (comma-separated,
+// as envconfig reads a list): DOG_STATSD_MOGRIFIER_<name>_PATTERN (a
+// regular expression), _NAME and _TAGS (key:value pairs, comma-separated;
+// $0, $1, … in the name and values stand for the match and its groups).
+func mogrifiersFromEnv(env map[string]string, list string, bad func(string, ...any)) []Mogrifier {
+	var ms []Mogrifier
+	if strings.TrimSpace(list) == "" {
+		return nil
+	}
+	for _, name := range strings.Split(list, ",") {
+		prefix := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(name) + "_" // as envconfig reads it
+		pattern, ok := env[prefix+"PATTERN"]
+		if !ok || pattern == "" {
+			bad("USE_DOG_STATSD_MOGRIFIERS names %q, but %sPATTERN is not set: want a regular expression", name, prefix)
+			continue
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			bad("%sPATTERN=%q: not a regular expression: %v", prefix, pattern, err)
+			continue
+		}
+		m := Mogrifier{Pattern: re, Name: env[prefix+"NAME"]}
+		if m.Name == "" {
+			bad("%sNAME is not set: want the name to send a matching stat as, such as ratelimit.$1", prefix)
+			continue
+		}
+		if tags := env[prefix+"TAGS"]; tags != "" {
+			for _, pair := range strings.Split(tags, ",") {
+				k, v, ok := strings.Cut(pair, ":")
+				if !ok || k == "" || v == "" {
+					bad("%sTAGS=%q: %q is no key:value; want key:value pairs separated by commas, such as domain:$1", prefix, tags, pair)
+					continue
+				}
+				m.Tags = append(m.Tags, [2]string{k, v})
+			}
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }
 
 // parseVar reads an environment value as envoyproxy/ratelimit's settings

@@ -134,6 +134,20 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			}
 			return want(fmt.Sprintf("%s %s %v %v %v", sd.Addr, sd.Protocol, sd.FlushInterval, sd.NearLimitRatio, sd.Tags), "stats.local:9125 udp 250ms 0.5 map[env:prod team:edge]")
 		}},
+		// DogStatsD: over UDP whatever STATSD_PROTOCOL says, with the
+		// mogrifiers named, in their order.
+		{[]string{"USE_DOG_STATSD=true", "STATSD_PROTOCOL=tcp", "USE_DOG_STATSD_MOGRIFIERS=rl,Other",
+			`DOG_STATSD_MOGRIFIER_RL_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.+)\.([a-z_]+)$`, "DOG_STATSD_MOGRIFIER_RL_NAME=ratelimit.$3", "DOG_STATSD_MOGRIFIER_RL_TAGS=domain:$1,descriptor:$2,n:$9",
+			"DOG_STATSD_MOGRIFIER_OTHER_PATTERN=^x$", "DOG_STATSD_MOGRIFIER_OTHER_NAME=y"}, func(c *config.Config) string {
+			sd := c.EnvoyRLS.Upstream.Statsd
+			if sd == nil || !sd.Dog || len(sd.Mogrifiers) != 2 {
+				return fmt.Sprintf("statsd %+v; want DogStatsD with two mogrifiers", sd)
+			}
+			name, tags := config.Mogrify(sd.Mogrifiers, "ratelimit.service.rate_limit.d.k_v.total_hits")
+			other, none := config.Mogrify(sd.Mogrifiers, "ratelimit.service.config_load_success")
+			return want(fmt.Sprint(sd.Protocol, " ", name, " ", tags, " ", other, " ", none), "udp ratelimit.total_hits [domain:d descriptor:k_v n:$9] ratelimit.service.config_load_success []")
+		}},
+		{[]string{"USE_DOG_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
 		{[]string{"USE_STATSD=true", "DISABLE_STATS=true"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Statsd == nil, true) }},
 		// USE_PROMETHEUS (with USE_STATSD=false): TestUpstreamPrometheus.
 		{[]string{"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:9102", "PROMETHEUS_PATH=/m", "PROMETHEUS_MAPPER_YAML=/m.yaml", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true"}, func(c *config.Config) string {
@@ -143,6 +157,25 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 			}
 			return want(fmt.Sprintf("%+v", *sd.Prometheus), "{Addr:127.0.0.1:9102 Path:/m MapperYAML:/m.yaml ResponseTimeMillis:true}")
 		}},
+		// Tracing: none unless TRACING_ENABLED is true, whatever the
+		// OTEL_ variables say (they are noted); upstream's defaults.
+		{[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318"}, func(c *config.Config) string {
+			up := c.EnvoyRLS.Upstream
+			return want(fmt.Sprint(up.Tracing == nil, " ", slices.ContainsFunc(up.Notes, func(n string) bool { return strings.Contains(n, "TRACING_ENABLED is not true") })), "true true")
+		}},
+		{[]string{"TRACING_ENABLED=true"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.Tracing), "&{http RateLimit   1}")
+		}},
+		{[]string{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=GRPC", "TRACING_SERVICE_NAME=rl", "TRACING_SERVICE_NAMESPACE=edge", "TRACING_SERVICE_INSTANCE_ID=rl-0", "TRACING_SAMPLING_RATE=0.25",
+			"OTEL_TRACES_SAMPLER=always_off"}, func(c *config.Config) string {
+			up := c.EnvoyRLS.Upstream
+			return want(fmt.Sprint(up.Tracing, " ", slices.Contains(up.Notes, "OTEL_TRACES_SAMPLER=always_off: ignored, TRACING_SAMPLING_RATE decides, as in envoyproxy/ratelimit")),
+				"&{grpc rl edge rl-0 0.25} true")
+		}},
+		{[]string{"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=", "TRACING_SAMPLING_RATE=0"}, func(c *config.Config) string {
+			return want(fmt.Sprint(c.EnvoyRLS.Upstream.Tracing), "&{http RateLimit   0}")
+		}},
+		{[]string{"TRACING_ENABLED=false", "TRACING_SAMPLING_RATE=0.5"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.Tracing == nil, true) }},
 		{[]string{"LOG_LEVEL=fatal"}, func(c *config.Config) string { return want(c.EnvoyRLS.Upstream.LogLevel, "error") }},
 		{[]string{"RUNTIME_APPDIRECTORY=config/nested"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "nested") }},
 		{[]string{"RUNTIME_WATCH_ROOT=false"}, func(c *config.Config) string { return want(filepath.Base(c.EnvoyRLS.Dir()), "config") }},
@@ -357,6 +390,13 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 		{"REDIS_STARTUP_MAX_INTERVAL=10ms", "REDIS_STARTUP_MAX_INTERVAL=10ms is less than REDIS_STARTUP_INITIAL_INTERVAL=1s"},
 		{"REDIS_STARTUP_MAX_ELAPSED_TIME=-1s", "REDIS_STARTUP_MAX_ELAPSED_TIME=-1s: want 0"},
 		{"REDIS_STARTUP_MAX_INTERVAL=later", "REDIS_STARTUP_MAX_INTERVAL=\"later\": want a duration"},
+		{"USE_DOG_STATSD=true", "USE_DOG_STATSD=true with USE_STATSD=true"},
+		// Checked with TRACING_ENABLED unset too.
+		{"TRACING_SAMPLING_RATE=abc", "TRACING_SAMPLING_RATE=\"abc\": want a number"},
+		{"TRACING_SAMPLING_RATE=2", "TRACING_SAMPLING_RATE=\"2\": want a number from 0 (no trace sampled) to 1"},
+		{"TRACING_SAMPLING_RATE=NaN", "TRACING_SAMPLING_RATE=\"NaN\": want a number from 0"},
+		{"TRACING_EXPORTER_PROTOCOL=http/json", "TRACING_EXPORTER_PROTOCOL=\"http/json\": want http or grpc"},
+		{"TRACING_ENABLED=on", "TRACING_ENABLED=\"on\": want true or false"},
 	} {
 		env, _ := upstreamBase(t)
 		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=true", tc.v))
@@ -364,10 +404,34 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 			t.Errorf("%s: err %v; want one containing %q", tc.v, err, tc.want)
 		}
 	}
+	// The mogrifiers, with USE_DOG_STATSD=true and USE_STATSD=false.
+	for _, tc := range []struct {
+		vars []string
+		want string
+	}{
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl"}, "DOG_STATSD_MOGRIFIER_RL_PATTERN is not set"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=(", "DOG_STATSD_MOGRIFIER_RL_NAME=x"}, "DOG_STATSD_MOGRIFIER_RL_PATTERN=\"(\": not a regular expression"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=x"}, "DOG_STATSD_MOGRIFIER_RL_NAME is not set"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=rl", "DOG_STATSD_MOGRIFIER_RL_PATTERN=x", "DOG_STATSD_MOGRIFIER_RL_NAME=y", "DOG_STATSD_MOGRIFIER_RL_TAGS=domain"}, "DOG_STATSD_MOGRIFIER_RL_TAGS=\"domain\": \"domain\" is no key:value"},
+	} {
+		env, _ := upstreamBase(t)
+		_, err := config.FromUpstreamEnv(append(append(env, "USE_STATSD=false", "USE_DOG_STATSD=true"), tc.vars...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v; want one containing %q", tc.vars, err, tc.want)
+		}
+	}
+	// One stats sink at a time, as upstream's runner says.
+	{
+		env, _ := upstreamBase(t)
+		_, err := config.FromUpstreamEnv(append(env, "USE_STATSD=false", "USE_DOG_STATSD=true", "USE_PROMETHEUS=true"))
+		if err == nil || !strings.Contains(err.Error(), "USE_PROMETHEUS=true with USE_DOG_STATSD=true") {
+			t.Errorf("DogStatsD and Prometheus: err %v; want both named", err)
+		}
+	}
 	// Two problems are both reported.
 	env, _ := upstreamBase(t)
-	_, err := config.FromUpstreamEnv(append(env, "USE_DOG_STATSD=true", "MEMCACHE_HOST_PORT=m:11211"))
-	if err == nil || !strings.Contains(err.Error(), "USE_DOG_STATSD") || !strings.Contains(err.Error(), "MEMCACHE_HOST_PORT") {
+	_, err := config.FromUpstreamEnv(append(env, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true", "MEMCACHE_HOST_PORT=m:11211"))
+	if err == nil || !strings.Contains(err.Error(), "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") || !strings.Contains(err.Error(), "MEMCACHE_HOST_PORT") {
 		t.Errorf("err %v; want both variables named", err)
 	}
 	// A variable upstream does not have is ignored.

@@ -32,10 +32,14 @@ answers, as there (exit 1 past REDIS_STARTUP_MAX_ELAPSED_TIME).
 
 envoyproxy/ratelimit's statsd counters (ratelimit.service.…) go to
 STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL (tcp) every
-STATS_FLUSH_INTERVAL unless USE_STATSD=false or DISABLE_STATS=true.
+STATS_FLUSH_INTERVAL unless USE_STATSD=false or DISABLE_STATS=true;
+as DogStatsD over UDP with USE_DOG_STATSD=true (and USE_STATSD=false),
+renamed and tagged by the mogrifiers of USE_DOG_STATSD_MOGRIFIERS.
+With TRACING_ENABLED=true, spans go over OTLP (TRACING_EXPORTER_PROTOCOL:
+http or grpc) to OTEL_EXPORTER_OTLP_ENDPOINT, of service
+TRACING_SERVICE_NAME, sampled at TRACING_SAMPLING_RATE; none without it.
 
-A variable sluice does not offer (DogStatsD, memcache, xDS, tracing,
-…) is refused at start when set to anything but its default, with what to
+A variable sluice does not offer (memcache, xDS, …) is refused at start when set to anything but its default, with what to
 use instead; docs/envoy.md lists every variable and what sluice does with
 it. Exit status: 2 when the environment or a descriptor file is invalid,
 1 when a listener cannot be opened or Redis does not answer in

@@ -496,13 +496,13 @@ func jsonShape(s string) string {
 // that names it and what to use instead.
 func TestRatelimitRefusesAtStart(t *testing.T) {
 	cmd := exec.Command(binary, "ratelimit")
-	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "USE_DOG_STATSD=true", "MEMCACHE_HOST_PORT=m:11211"}
+	cmd.Env = []string{"RUNTIME_ROOT=" + t.TempDir(), "RUNTIME_SUBDIRECTORY=rl", "GRPC_MAX_CONNECTION_AGE=1h", "MEMCACHE_HOST_PORT=m:11211"}
 	out, err := cmd.CombinedOutput()
 	code := -1
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	}
-	if code != 2 || !strings.Contains(string(out), "USE_DOG_STATSD=\"true\" is not offered") || !strings.Contains(string(out), "MEMCACHE_HOST_PORT=\"m:11211\" is not offered") {
+	if code != 2 || !strings.Contains(string(out), "GRPC_MAX_CONNECTION_AGE=\"1h\" is not offered") || !strings.Contains(string(out), "MEMCACHE_HOST_PORT=\"m:11211\" is not offered") {
 		t.Errorf("exit %d (%v), output:\n%s\nwant 2 and both variables named", code, err, out)
 	}
 }

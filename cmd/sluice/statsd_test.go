@@ -84,8 +84,21 @@ func (s *statsdSink) add(line string) {
 		return
 	}
 	value, typ, ok := strings.Cut(rest, "|")
-	if !ok || typ != "c" {
+	if !ok {
 		return
+	}
+	// DogStatsD: NAME:VALUE|c|#TAG,TAG…|…; the tags, sorted, join the
+	// name.
+	typ, fields, _ := strings.Cut(typ, "|")
+	if typ != "c" {
+		return
+	}
+	for _, f := range strings.Split(fields, "|") {
+		if tags, ok := strings.CutPrefix(f, "#"); ok {
+			list := strings.Split(tags, ",")
+			slices.Sort(list)
+			name += "|#" + strings.Join(list, ",")
+		}
 	}
 	n, err := strconv.ParseUint(value, 10, 64)
 	if err != nil {
@@ -182,6 +195,34 @@ func TestRatelimitStatsdLikeUpstream(t *testing.T) {
 			r := compareStatsd(t, protocol, map[string]string{"stats.yaml": statsdDomain}, nil, statsdCalls())
 			checkStatsdRun(t, r)
 		})
+	}
+}
+
+// TestRatelimitDogStatsdLikeUpstream: with USE_DOG_STATSD=true and a
+// mogrifier (USE_DOG_STATSD_MOGRIFIERS), both send the same DogStatsD
+// counters over UDP: EXTRA_TAGS as tags, each limit's stats renamed by the
+// mogrifier's NAME with its TAGS from the pattern's groups.
+func TestRatelimitDogStatsdLikeUpstream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds envoyproxy/ratelimit")
+	}
+	// STATSD_PROTOCOL=tcp: DogStatsD goes over UDP all the same, as there.
+	r := compareStatsd(t, "udp", map[string]string{"stats.yaml": statsdDomain}, map[string]string{"STATSD_PROTOCOL": "tcp",
+		"USE_STATSD": "false", "USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "rl,unused",
+		"DOG_STATSD_MOGRIFIER_RL_PATTERN":     `^ratelimit\.service\.rate_limit\.([^.]+)\.(.+)\.([a-z_]+)$`,
+		"DOG_STATSD_MOGRIFIER_RL_NAME":        "ratelimit.service.rate_limit.$3",
+		"DOG_STATSD_MOGRIFIER_RL_TAGS":        "domain:$1,descriptor:$2",
+		"DOG_STATSD_MOGRIFIER_UNUSED_PATTERN": "^nothing$",
+		"DOG_STATSD_MOGRIFIER_UNUSED_NAME":    "never",
+	}, statsdCalls())
+	const want = "ratelimit.service.rate_limit.total_hits|#descriptor:user,domain:stats,env:test_a,team:edge" // gostats sanitizes the value
+	if r.got[1][want] == 0 {
+		t.Errorf("no %s among sluice's counters", want)
+	}
+	for name := range r.got[1] {
+		if strings.Contains(name, "rate_limit.stats.") || !strings.Contains(name, "|#") {
+			t.Errorf("%s: not mogrified, or without tags", name)
+		}
 	}
 }
 

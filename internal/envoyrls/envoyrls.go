@@ -37,6 +37,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -70,6 +71,8 @@ type service struct {
 	// stats: envoyproxy/ratelimit's statsd stats (`sluice ratelimit`
 	// with USE_STATSD); nil: none.
 	stats *rlsstats.Stats
+	// tracer: spans of the calls (tracing.go); nil: none.
+	tracer trace.Tracer
 }
 
 // decision is what one descriptor of a call comes to.
@@ -89,8 +92,16 @@ type decision struct {
 	override bool
 }
 
-// ShouldRateLimit decides every descriptor of req, in order.
+// ShouldRateLimit decides every descriptor of req, in order, within a
+// span when tracing is on (tracing.go).
 func (s *service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracer != nil {
+		return s.traced(ctx, req, spanGRPC, nil)
+	}
+	return s.shouldRateLimit(ctx, req)
+}
+
+func (s *service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	if req.GetDomain() == "" {
 		s.stats.ServiceError()

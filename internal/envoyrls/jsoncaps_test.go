@@ -17,7 +17,7 @@ import (
 // allow is refused with 400 before anything is decided.
 func TestJSONHoldsTheCallCaps(t *testing.T) {
 	e := &config.EnvoyRLS{MaxDescriptors: 2, MaxEntries: 2}
-	h := JSONHandler(func() (*config.EnvoyRLS, Decider) { return e, nil }, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	h := JSONHandler(func() (*config.EnvoyRLS, Decider) { return e, nil }, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	desc := `{"entries":[{"key":"a","value":"b"}]}`
 	wide := `{"entries":[{"key":"a","value":"b"},{"key":"c","value":"d"},{"key":"e","value":"f"}]}`
 	for _, c := range []struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -94,6 +95,9 @@ type Options struct {
 	// Stats, when set, counts the calls in envoyproxy/ratelimit's statsd
 	// stats (`sluice ratelimit`, USE_STATSD).
 	Stats *rlsstats.Stats
+	// Tracer, when set, traces each ShouldRateLimit call in a server span
+	// (tracing.go), the child of the caller's W3C traceparent.
+	Tracer trace.Tracer
 }
 
 // StreamWorkersPerCPU is the default of Options.StreamWorkers per
@@ -171,7 +175,7 @@ func New(source Source, opts Options) *Server {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	s.grpc = grpc.NewServer(serverOpts...)
-	s.grpc.RegisterService(s.guarded(&rlsv3.RateLimitService_ServiceDesc), &service{source: source, log: opts.Logger, now: opts.Now, stats: opts.Stats})
+	s.grpc.RegisterService(s.guarded(&rlsv3.RateLimitService_ServiceDesc), &service{source: source, log: opts.Logger, now: opts.Now, stats: opts.Stats, tracer: opts.Tracer})
 	s.grpc.RegisterService(s.guarded(&healthpb.Health_ServiceDesc), s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/config"
@@ -38,9 +39,10 @@ const maxJSONBytes = 64 << 10
 // decides it, answered in the same form: 200 (OK), 429 (OVER_LIMIT), 400
 // for a request that does not read, that is over the listener's caps
 // (envoy_rls.max_descriptors, max_entries) or that the service refuses.
-// stats, when not nil, counts the calls as the gRPC service's.
-func JSONHandler(source Source, log *slog.Logger, stats *rlsstats.Stats) http.Handler {
-	svc := &service{source: source, log: log, now: time.Now, stats: stats}
+// stats, when not nil, counts the calls as the gRPC service's; tracer,
+// when not nil, traces each in a POST /json span (tracing.go).
+func JSONHandler(source Source, log *slog.Logger, stats *rlsstats.Stats, tracer trace.Tracer) http.Handler {
+	svc := &service{source: source, log: log, now: time.Now, stats: stats, tracer: tracer}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
 		var req rlsv3.RateLimitRequest
@@ -57,7 +59,11 @@ func JSONHandler(source Source, log *slog.Logger, stats *rlsstats.Stats) http.Ha
 		}
 		var resp *rlsv3.RateLimitResponse
 		if err == nil {
-			resp, err = svc.ShouldRateLimit(r.Context(), &req)
+			if tracer != nil {
+				resp, err = svc.traced(r.Context(), &req, spanJSON, r.Header)
+			} else {
+				resp, err = svc.shouldRateLimit(r.Context(), &req)
+			}
 		}
 		if err != nil {
 			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)

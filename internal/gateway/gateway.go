@@ -138,12 +138,22 @@ func New(cfg *config.Config, path string, log *slog.Logger) (*Gateway, error) {
 	g.upstream = newUpstreamMetrics(g.reg)
 	g.reg.MustRegister(buildInfo(buildinfo.Read()))
 	g.proxyLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	if g.tracing, err = newTracing(os.Getenv, log); err != nil {
+	if up := cfg.EnvoyRLS.Upstream; up != nil {
+		// `sluice ratelimit`: envoyproxy/ratelimit's TRACING_ variables.
+		if g.tracing, err = newUpstreamTracing(up.Tracing, os.Getenv, log); err != nil {
+			return nil, err
+		}
+		if t := up.Tracing; t != nil {
+			log.Info("sluice: tracing on: spans go over OTLP to the endpoint of the OTEL_EXPORTER_OTLP_ variables, as TRACING_ENABLED asks",
+				"protocol", t.Protocol, "service_name", t.ServiceName, "sampling_rate", t.SamplingRate)
+		}
+	} else if g.tracing, err = newTracing(os.Getenv, log); err != nil {
 		return nil, err
+	} else if g.tracing != nil {
+		log.Info("sluice: tracing on: spans go over OTLP as the OTEL_* variables say")
 	}
 	if g.tracing != nil {
 		g.tracer = g.tracing.tracer
-		log.Info("sluice: tracing on: spans go over OTLP as the OTEL_* variables say")
 	}
 	g.untrusted = newForwardedWarner(g.reg, log)
 	g.initLimits(cfg)
@@ -659,6 +669,7 @@ func (g *Gateway) serveRLS(cfg *config.Config, errc chan<- error) {
 		Logger:                  g.log,
 		TLS:                     g.TLS(config.ListenerEnvoyRLS),
 		Stats:                   g.rlsStats,
+		Tracer:                  g.tracer,
 	})
 	g.setRLS(rls)
 	go func() { errc <- rls.Serve(g.perAddress(g.rlsLn, cfg, "envoy_rls")) }()

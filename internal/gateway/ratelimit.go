@@ -42,7 +42,7 @@ func (g *Gateway) trafficHandler(cfg *config.Config) http.Handler {
 		}
 		_, _ = w.Write([]byte("OK"))
 	})
-	mux.Handle("/json", envoyrls.JSONHandler(g.rlsSource, g.log, g.rlsStats))
+	mux.Handle("/json", envoyrls.JSONHandler(g.rlsSource, g.log, g.rlsStats, g.tracer))
 	return mux
 }
 

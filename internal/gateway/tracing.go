@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -20,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
@@ -101,9 +103,69 @@ func newTracing(getenv func(string) string, log *slog.Logger) (*tracing, error) 
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	return newProvider(exp, res, log, nil), nil
+}
+
+// newProvider is tracing exporting through exp, with spans of res,
+// sampled by sampler (nil: the SDK's, OTEL_TRACES_SAMPLER's).
+func newProvider(exp *otlptrace.Exporter, res *resource.Resource, log *slog.Logger, sampler sdktrace.Sampler) *tracing {
 	otel.SetErrorHandler(exportErrors(log))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &tracing{tracer: tp.Tracer("github.com/sluicehq/sluice"), provider: tp}, nil
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	if sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(sampler))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+	return &tracing{tracer: tp.Tracer("github.com/sluicehq/sluice"), provider: tp}
+}
+
+// newUpstreamTracing is the tracing of `sluice ratelimit`: what
+// envoyproxy/ratelimit's TRACING_ variables say (t; nil: none), as it
+// exports: OTLP over http or grpc to the endpoint of the
+// OTEL_EXPORTER_OTLP_ variables (the exporter reads them and the rest of
+// OTEL_EXPORTER_OTLP_* itself), service.name, .namespace and
+// .instance.id from t over OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES,
+// sampled by a parent-based ratio sampler of t.SamplingRate.
+func newUpstreamTracing(t *config.Tracing, getenv func(string) string, log *slog.Logger) (*tracing, error) {
+	if t == nil {
+		return nil, nil
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := getenv(name); v != "" {
+			if err := checkEndpoint(v); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	ctx := context.Background()
+	var exp *otlptrace.Exporter
+	var err error
+	switch t.Protocol {
+	case "http":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", t.Protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	id := t.ServiceInstanceID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", t.ServiceName), attribute.String("service.instance.id", id),
+		attribute.String("service.version", buildinfo.Read().Version)}
+	if t.ServiceNamespace != "" {
+		attrs = append(attrs, attribute.String("service.namespace", t.ServiceNamespace))
+	}
+	// The TRACING_ variables' attributes win over OTEL_RESOURCE_ATTRIBUTES.
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithFromEnv(), resource.WithAttributes(attrs...))
+	if err != nil {
+		_ = exp.Shutdown(ctx)
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	return newProvider(exp, res, log, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(t.SamplingRate))), nil
 }
 
 // exportErrors logs what the exporter could not send (a collector that is

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -9,91 +8,24 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/otlptest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
-// otlpReceiver is an in-process OTLP trace receiver: the collector's gRPC
-// TraceService, or its HTTP endpoint decoding the protobuf body. It keeps
-// every span it is sent, with its resource's attributes.
-type otlpReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	spans    []*tracepb.Span
-	resource []*commonpb.KeyValue
-}
-
-func (o *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		o.resource = append(o.resource, rs.GetResource().GetAttributes()...)
-		for _, ss := range rs.ScopeSpans {
-			o.spans = append(o.spans, ss.Spans...)
-		}
-	}
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	var req collectortrace.ExportTraceServiceRequest
-	if err == nil {
-		err = proto.Unmarshal(body, &req)
-	}
-	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" || err != nil {
-		http.Error(w, "bad export", http.StatusBadRequest)
-		return
-	}
-	resp, _ := o.Export(r.Context(), &req)
-	out, _ := proto.Marshal(resp)
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
-}
-
-// named returns the spans received so far, by name.
-func (o *otlpReceiver) named() map[string]*tracepb.Span {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	m := map[string]*tracepb.Span{}
-	for _, s := range o.spans {
-		m[s.Name] = s
-	}
-	return m
-}
-
 // startReceiver starts a receiver for protocol (grpc or http/protobuf) on
 // loopback and points the OTEL_* variables at it.
-func startReceiver(t testing.TB, protocol string) *otlpReceiver {
-	o := &otlpReceiver{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if protocol == "grpc" {
-		srv := grpc.NewServer()
-		collectortrace.RegisterTraceServiceServer(srv, o)
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(srv.Stop)
-	} else {
-		srv := &http.Server{Handler: o}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { srv.Close() })
-	}
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
+func startReceiver(t testing.TB, protocol string) *otlptest.Receiver {
+	o := otlptest.Start(t, protocol)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", o.Endpoint)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20") // ms: export soon, the test polls
 	t.Setenv("OTEL_TRACES_EXPORTER", "")
@@ -141,7 +73,7 @@ func TestTracingOverOTLP(t *testing.T) {
 			}
 			var spans map[string]*tracepb.Span
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if spans = recv.named(); len(spans) >= 4 {
+				if spans = recv.Named(); len(spans) >= 4 {
 					break
 				}
 			}
@@ -171,7 +103,7 @@ func TestTracingOverOTLP(t *testing.T) {
 				store:    {"sluice.policy": "api", "sluice.store.operation": "check", "sluice.decided_by": "store"},
 				upstream: {"sluice.policy": "api", "sluice.code_class": "2xx", "http.response.status_code": "200"},
 			} {
-				got := attrs(span.Attributes)
+				got := otlptest.Attrs(span.Attributes)
 				for k, v := range want {
 					if got[k] != v {
 						t.Errorf("%s: %s=%q, want %q (all: %v)", span.Name, k, got[k], v, got)
@@ -184,19 +116,17 @@ func TestTracingOverOTLP(t *testing.T) {
 				t.Errorf("upstream got traceparent %q, want %q", upstreamParent, wantParent)
 			}
 			mu.Unlock()
-			recv.mu.Lock()
-			all := append([]*commonpb.KeyValue(nil), recv.resource...)
-			if got := attrs(recv.resource)["service.name"]; got != "sluice" {
+			all := recv.Resource()
+			if got := otlptest.Attrs(all)["service.name"]; got != "sluice" {
 				t.Errorf("service.name %q, want sluice", got)
 			}
-			recv.mu.Unlock()
 			for _, s := range spans {
 				all = append(all, s.Attributes...)
 				if strings.Contains(s.Status.GetMessage(), secretKey) {
 					t.Errorf("%s: status message carries the API key", s.Name)
 				}
 			}
-			for k, v := range attrs(all) {
+			for k, v := range otlptest.Attrs(all) {
 				if strings.Contains(v, secretKey) || strings.Contains(v, secretToken) || strings.Contains(v, "/api/") {
 					t.Errorf("attribute %s=%q carries a credential or the path", k, v)
 				}
@@ -223,9 +153,7 @@ func TestTracingAbuse(t *testing.T) {
 	}
 	var got []*tracepb.Span
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		recv.mu.Lock()
-		got = append(got[:0], recv.spans...)
-		recv.mu.Unlock()
+		got = recv.Spans()
 		if len(got) >= 7 {
 			break
 		}
@@ -240,7 +168,7 @@ func TestTracingAbuse(t *testing.T) {
 		if s.Name == "sluice.request" && len(s.ParentSpanId) != 0 {
 			t.Errorf("sluice.request has parent %x from an invalid traceparent", s.ParentSpanId)
 		}
-		if s.Name == "sluice.decision" && attrs(s.Attributes)["sluice.outcome"] == "denied" {
+		if s.Name == "sluice.decision" && otlptest.Attrs(s.Attributes)["sluice.outcome"] == "denied" {
 			denied++
 		}
 	}
@@ -309,21 +237,6 @@ func TestTracingBadVariables(t *testing.T) {
 	}
 }
 
-func attrs(kvs []*commonpb.KeyValue) map[string]string {
-	m := map[string]string{}
-	for _, kv := range kvs {
-		switch v := kv.Value.GetValue().(type) {
-		case *commonpb.AnyValue_StringValue:
-			m[kv.Key] = v.StringValue
-		case *commonpb.AnyValue_IntValue:
-			m[kv.Key] = strconv.FormatInt(v.IntValue, 10)
-		default:
-			m[kv.Key] = kv.Value.String()
-		}
-	}
-	return m
-}
-
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
@@ -346,7 +259,7 @@ func TestTracingDecisionAPI(t *testing.T) {
 	}
 	var spans map[string]*tracepb.Span
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if spans = recv.named(); len(spans) >= 3 {
+		if spans = recv.Named(); len(spans) >= 3 {
 			break
 		}
 	}
@@ -358,11 +271,11 @@ func TestTracingDecisionAPI(t *testing.T) {
 		string(decision.ParentSpanId) != string(request.SpanId) || string(store.ParentSpanId) != string(decision.SpanId) {
 		t.Errorf("links: request %x under %x, decision under %x, store under %x", request.SpanId, request.ParentSpanId, decision.ParentSpanId, store.ParentSpanId)
 	}
-	if got := attrs(decision.Attributes); got["sluice.policy"] != "login" || got["sluice.outcome"] != "allowed" {
+	if got := otlptest.Attrs(decision.Attributes); got["sluice.policy"] != "login" || got["sluice.outcome"] != "allowed" {
 		t.Errorf("decision attributes %v", got)
 	}
 	for _, s := range spans {
-		for k, v := range attrs(s.Attributes) {
+		for k, v := range otlptest.Attrs(s.Attributes) {
 			if strings.Contains(v, secretKey) {
 				t.Errorf("%s: attribute %s carries the key", s.Name, k)
 			}
@@ -381,13 +294,11 @@ func TestTracingRedisStore(t *testing.T) {
 		var got []string
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			got = got[:0]
-			recv.mu.Lock()
-			for _, s := range recv.spans {
+			for _, s := range recv.Spans() {
 				if s.Name == "sluice.store" {
-					got = append(got, attrs(s.Attributes)["sluice.decided_by"])
+					got = append(got, otlptest.Attrs(s.Attributes)["sluice.decided_by"])
 				}
 			}
-			recv.mu.Unlock()
 			if len(got) >= want {
 				break
 			}
@@ -410,14 +321,11 @@ func TestTracingRedisStore(t *testing.T) {
 	// The store span ends before its parent decision span, so the exporter
 	// may ship it in an earlier batch: wait for the decision span as well.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		recv.mu.Lock()
-		for _, s := range recv.spans {
-			if s.Name == "sluice.decision" && attrs(s.Attributes)["sluice.outcome"] == "local_allowed" {
-				recv.mu.Unlock()
+		for _, s := range recv.Spans() {
+			if s.Name == "sluice.decision" && otlptest.Attrs(s.Attributes)["sluice.outcome"] == "local_allowed" {
 				return
 			}
 		}
-		recv.mu.Unlock()
 	}
 	t.Error("no sluice.decision span with sluice.outcome=local_allowed")
 }

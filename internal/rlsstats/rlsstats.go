@@ -128,7 +128,11 @@ func New(s config.Statsd, log *slog.Logger) (st *Stats, err error) {
 		default:
 			return nil, fmt.Errorf("rlsstats: protocol %q: want tcp or udp", s.Protocol)
 		}
-		sink = newSink(s.Protocol, net.JoinHostPort(host, port), log)
+		ns := newSink(s.Protocol, net.JoinHostPort(host, port), log)
+		sink = ns
+		if s.Dog {
+			sink = &dogSink{netSink: ns, mogrifiers: s.Mogrifiers}
+		}
 	}
 	store := gostats.NewStore(sink, false)
 	service := store.ScopeWithTags("ratelimit", s.Tags).Scope("service")

@@ -6,8 +6,11 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // netSink writes the statsd lines of a flush to the statsd in the goroutine
@@ -58,13 +61,17 @@ func (s *netSink) FlushGauge(name string, value uint64)   { s.add(name, value, 0
 // FlushTimer keeps a timer's line for the next flush: gostats calls it
 // as each call ends, and a call must never wait for the statsd (a dial or
 // a write). Past maxTimerBytes kept, a line is dropped.
-func (s *netSink) FlushTimer(name string, value float64) {
+func (s *netSink) FlushTimer(name string, value float64) { s.addTimer(name, value, "|ms\n") }
+
+// addTimer keeps a timer's line, name:value then suffix, for the next
+// flush (FlushTimer).
+func (s *netSink) addTimer(name string, value float64, suffix string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	if len(s.timers)+len(name)+32 > maxTimerBytes {
+	if len(s.timers)+len(name)+32+len(suffix) > maxTimerBytes {
 		s.timersDropped++
 		return
 	}
@@ -74,7 +81,7 @@ func (s *netSink) FlushTimer(name string, value float64) {
 	} else {
 		s.timers = strconv.AppendFloat(s.timers, value, 'f', -1, 64)
 	}
-	s.timers = append(s.timers, "|ms\n"...)
+	s.timers = append(s.timers, suffix...)
 }
 
 // maxTimerBytes bounds the timer lines kept between two flushes: some
@@ -172,4 +179,50 @@ func (s *netSink) send() {
 func (s *netSink) drop(err error) {
 	s.dropped += uint64(len(s.buf))
 	s.log.Debug("statsd: dropped stats", "bytes", len(s.buf), "dropped_total", s.dropped, "addr", s.addr, "err", err)
+}
+
+// dogSink writes the lines as DogStatsD (USE_DOG_STATSD), as
+// envoyproxy/ratelimit's DogStatsD sink does: the tags that gostats puts
+// in a name (NAME.__KEY=VALUE…, EXTRA_TAGS) go as tags, then the first
+// mogrifier whose pattern matches the name renames it and adds its tags:
+// NAME:VALUE|c|#KEY:VALUE,….
+type dogSink struct {
+	*netSink
+	mogrifiers []config.Mogrifier
+}
+
+func (d *dogSink) FlushCounter(name string, value uint64) {
+	name, suffix := d.tagged(name, "|c")
+	d.add(name, value, 0, false, suffix)
+}
+
+func (d *dogSink) FlushGauge(name string, value uint64) {
+	name, suffix := d.tagged(name, "|g")
+	d.add(name, value, 0, false, suffix)
+}
+
+// FlushTimer keeps the line for the next flush, as netSink's: a call
+// never waits for the statsd.
+func (d *dogSink) FlushTimer(name string, value float64) {
+	name, suffix := d.tagged(name, "|ms")
+	d.addTimer(name, value, suffix)
+}
+
+// tagged returns the name to send and the line's end: kind, then the tags.
+func (d *dogSink) tagged(name, kind string) (string, string) {
+	var tags []string
+	if short, rest, ok := strings.Cut(name, ".__"); ok {
+		name = short
+		for _, pair := range strings.Split(rest, ".__") {
+			if k, v, ok := strings.Cut(pair, "="); ok {
+				tags = append(tags, k+":"+v)
+			}
+		}
+	}
+	name, more := config.Mogrify(d.mogrifiers, name)
+	tags = append(tags, more...)
+	if len(tags) == 0 {
+		return name, kind + "\n"
+	}
+	return name, kind + "|#" + strings.Join(tags, ",") + "\n"
 }

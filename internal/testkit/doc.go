@@ -15,6 +15,7 @@
 //   - certstest: a test CA that issues certificates.
 //   - stall: how long this process was kept from running.
 //   - slowstore: a store whose every call waits first, as on Redis.
+//   - otlptest: an OTLP trace receiver (gRPC or HTTP) on loopback.
 //
 // docs/testing.md says how the suite uses them.
 package testkit

@@ -321,3 +321,20 @@ func tail(path string) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
+
+// Newest returns Main when its binary can be had (built before, or its
+// source in SLUICE_RATELIMIT_MAIN_SRC), else January, which the module
+// proxy serves: a differential test of what the two do alike then runs
+// without main's source too (in CI), saying which it compares with.
+func Newest(t testing.TB) Release {
+	t.Helper()
+	_, err := Main.Binary()
+	if errors.Is(err, ErrUnavailable) {
+		t.Logf("envoyproxy/ratelimit %s: %v; comparing with %s", Main.Name, err, January.Name)
+		return January
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Main
+}
