@@ -553,8 +553,8 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 	if n == 0 {
 		return nil
 	}
-	vals := make([]corev3.HeaderValue, n) // one allocation for them all
-	out := make([]*corev3.HeaderValue, 0, n)
+	vals, out := headerList(n)
+	out = out[:0]
 	for _, f := range fieldNames {
 		for _, v := range h[f.canonical] {
 			hv := &vals[len(out)]
@@ -563,6 +563,53 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 		}
 	}
 	return out
+}
+
+// headerList returns n header values and a list of n pointers to fill
+// with them, in one allocation of the size two would take for up to 6
+// (the RateLimit fields of both standards, the default, and
+// Retry-After), else in two.
+func headerList(n int) ([]corev3.HeaderValue, []*corev3.HeaderValue) {
+	type hv = corev3.HeaderValue
+	switch n {
+	case 1:
+		b := new(struct {
+			v [1]hv
+			p [1]*hv
+		})
+		return b.v[:], b.p[:]
+	case 2:
+		b := new(struct {
+			v [2]hv
+			p [2]*hv
+		})
+		return b.v[:], b.p[:]
+	case 3:
+		b := new(struct {
+			v [3]hv
+			p [3]*hv
+		})
+		return b.v[:], b.p[:]
+	case 4:
+		b := new(struct {
+			v [4]hv
+			p [4]*hv
+		})
+		return b.v[:], b.p[:]
+	case 5:
+		b := new(struct {
+			v [5]hv
+			p [5]*hv
+		})
+		return b.v[:], b.p[:]
+	case 6:
+		b := new(struct {
+			v [6]hv
+			p [6]*hv
+		})
+		return b.v[:], b.p[:]
+	}
+	return make([]hv, n), make([]*hv, n)
 }
 
 // fieldAppender is a Decider that lists the fields FieldsOf returns
@@ -577,8 +624,7 @@ func fieldValues(fs []decide.Field) []*corev3.HeaderValue {
 	if len(fs) == 0 {
 		return nil
 	}
-	vals := make([]corev3.HeaderValue, len(fs)) // one allocation for them all
-	out := make([]*corev3.HeaderValue, len(fs))
+	vals, out := headerList(len(fs))
 	for i, f := range fs {
 		vals[i].Key, vals[i].Value = lowerName(f.Name), f.Value
 		out[i] = &vals[i]
