@@ -566,36 +566,12 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 }
 
 // headerList returns n header values and a list of n pointers to fill
-// with them, in one allocation of the size two would take for up to 6
-// (the RateLimit fields of both standards, the default, and
-// Retry-After), else in two.
+// with them: for the RateLimit fields of both standards (the default),
+// with or without Retry-After, in one allocation of the size two would
+// take, else in two.
 func headerList(n int) ([]corev3.HeaderValue, []*corev3.HeaderValue) {
 	type hv = corev3.HeaderValue
 	switch n {
-	case 1:
-		b := new(struct {
-			v [1]hv
-			p [1]*hv
-		})
-		return b.v[:], b.p[:]
-	case 2:
-		b := new(struct {
-			v [2]hv
-			p [2]*hv
-		})
-		return b.v[:], b.p[:]
-	case 3:
-		b := new(struct {
-			v [3]hv
-			p [3]*hv
-		})
-		return b.v[:], b.p[:]
-	case 4:
-		b := new(struct {
-			v [4]hv
-			p [4]*hv
-		})
-		return b.v[:], b.p[:]
 	case 5:
 		b := new(struct {
 			v [5]hv
