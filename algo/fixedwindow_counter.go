@@ -44,8 +44,8 @@ func CounterKey(windowKey string, r sluice.Rule, now time.Time) string {
 
 func counterKey(windowKey string, w, now int64) (start int64, key string) {
 	start = now - now%w
-	b := make([]byte, 0, len(windowKey)+12)
-	b = strconv.AppendInt(append(b, windowKey...), start/1e6, 10)
+	var buf [128]byte // on the stack: the key is the one allocation
+	b := strconv.AppendInt(append(buf[:0], windowKey...), start/1e6, 10)
 	return start, string(b)
 }
 

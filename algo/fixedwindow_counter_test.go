@@ -187,3 +187,26 @@ func TestFixedWindowCounterWithoutExpiryGetsOne(t *testing.T) {
 		}
 	}
 }
+
+// CounterKey is the WindowKey followed by the window's start in Unix
+// seconds, whatever the WindowKey's length: one built on the stack and
+// one past its buffer.
+func TestCounterKeyNames(t *testing.T) {
+	at := time.Unix(1_700_000_123, 456_000_000)
+	minute := sluice.Rule{Rate: 10.0 / 60, Burst: 10}
+	for _, wk := range []string{"", "ratelimit_domain_key_value_", strings.Repeat("k", 127), strings.Repeat("x", 1000)} {
+		want := fmt.Sprintf("%s%d", wk, int64(1_700_000_123)/60*60)
+		if got := CounterKey(wk, minute, at); got != want {
+			t.Errorf("CounterKey(%d bytes) = %.40q… (%d bytes); want %.40q… (%d bytes)", len(wk), got, len(got), want, len(want))
+		}
+	}
+}
+
+// BenchmarkCounterKey is the name of a check's counter, made for every
+// WindowKey check (envoyproxy/ratelimit's fixed window).
+func BenchmarkCounterKey(b *testing.B) {
+	b.ReportAllocs()
+	for i := int64(0); b.Loop(); i++ {
+		_, _ = counterKey("ratelimit_domain_user_u12345_", 60_000_000, 1_700_000_000_000_000+i)
+	}
+}

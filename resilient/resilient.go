@@ -420,9 +420,13 @@ func (s *Store) newBreaker(scope string) breaker {
 }
 
 // breakerOf returns the breaker of the part of the store that req reads.
+// ScopeOf is given a copy: a request handed to a function value escapes,
+// and the copy, made only when there is one, keeps the caller's request
+// (every check's) off the heap.
 func (s *Store) breakerOf(req *sluice.Request) *breaker {
 	if s.scope != nil && s.scopeOf != nil {
-		if name := s.scopeOf(req); name != "" {
+		r := *req
+		if name := s.scopeOf(&r); name != "" {
 			return s.breakerNamed(name)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -529,14 +530,17 @@ func (s *service) headers(lim Decider, ds []decision, over bool, elapsed time.Du
 	switch {
 	case d.limit.Policy != "" && !d.failed && d.res.Limit > 0 && !d.override:
 		if fa, ok := lim.(fieldAppender); ok {
-			var buf [9]decide.Field // as many as fieldNames
+			buf := fieldBufs.Get().(*[len(rateLimitFields)]decide.Field)
 			fs := fa.AppendFields(buf[:0], d.rules, d.res, elapsed)
 			for i := range fs {
 				if fs[i].Name == xReset {
 					fs[i].Value = strconv.FormatInt(s.resetSeconds(d), 10)
 				}
 			}
-			return fieldValues(fs)
+			out := fieldValues(fs)
+			*buf = [len(rateLimitFields)]decide.Field{} // holds no value of this call's
+			fieldBufs.Put(buf)
+			return out
 		}
 		h = lim.FieldsOf(d.rules, d.res, elapsed)
 		if _, ok := h[xReset]; ok {
@@ -564,8 +568,8 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 	if n == 0 {
 		return nil
 	}
-	vals := make([]corev3.HeaderValue, n) // one allocation for them all
-	out := make([]*corev3.HeaderValue, 0, n)
+	vals, out := headerList(n)
+	out = out[:0]
 	for _, f := range fieldNames {
 		for _, v := range h[f.canonical] {
 			hv := &vals[len(out)]
@@ -575,6 +579,34 @@ func headerValues(h http.Header) []*corev3.HeaderValue {
 	}
 	return out
 }
+
+// headerList returns n header values and a list of n pointers to fill
+// with them: for the RateLimit fields of both standards (the default),
+// with or without Retry-After, in one allocation of the size two would
+// take, else in two.
+func headerList(n int) ([]corev3.HeaderValue, []*corev3.HeaderValue) {
+	type hv = corev3.HeaderValue
+	switch n {
+	case 5:
+		b := new(struct {
+			v [5]hv
+			p [5]*hv
+		})
+		return b.v[:], b.p[:]
+	case 6:
+		b := new(struct {
+			v [6]hv
+			p [6]*hv
+		})
+		return b.v[:], b.p[:]
+	}
+	return make([]hv, n), make([]*hv, n)
+}
+
+// fieldBufs holds the buffers a call's fields are listed in: one on the
+// stack would escape to the heap through the fieldAppender interface, a
+// 288-byte allocation a call.
+var fieldBufs = sync.Pool{New: func() any { return new([len(rateLimitFields)]decide.Field) }}
 
 // fieldAppender is a Decider that lists the fields FieldsOf returns
 // without a map, in the order of fieldNames (*httplimit.Limiter is one).
@@ -588,8 +620,7 @@ func fieldValues(fs []decide.Field) []*corev3.HeaderValue {
 	if len(fs) == 0 {
 		return nil
 	}
-	vals := make([]corev3.HeaderValue, len(fs)) // one allocation for them all
-	out := make([]*corev3.HeaderValue, len(fs))
+	vals, out := headerList(len(fs))
 	for i, f := range fs {
 		vals[i].Key, vals[i].Value = lowerName(f.Name), f.Value
 		out[i] = &vals[i]
@@ -607,11 +638,15 @@ func lowerName(canonical string) string {
 	return strings.ToLower(canonical)
 }
 
-// fieldNames are the header names Limiter.Fields may set.
+// rateLimitFields are the header names Limiter.Fields may set, as it sets
+// them.
+var rateLimitFields = [...]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy", "RateLimit",
+	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+
+// fieldNames are rateLimitFields in canonical form and in lower case.
 var fieldNames = func() []struct{ canonical, lower string } {
 	var out []struct{ canonical, lower string }
-	for _, n := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy", "RateLimit",
-		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+	for _, n := range rateLimitFields {
 		out = append(out, struct{ canonical, lower string }{http.CanonicalHeaderKey(n), strings.ToLower(n)})
 	}
 	return out

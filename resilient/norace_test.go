@@ -1,0 +1,5 @@
+//go:build !race
+
+package resilient_test
+
+const raceEnabled = false
