@@ -22,6 +22,8 @@ progress=$(mktemp -d)/testprogress
 trap 'rm -rf "$(dirname "$progress")"' EXIT
 go build -o "$progress" ./scripts/testprogress
 go test -json -race -count=1 -timeout 30m ./... 2>&1 | "$progress" -every 30s
+echo "== allocation guards without -race (the race detector allocates on the paths they hold to none)"
+go test -count=1 -run 'AllocatesNothing' ./resilient/
 echo "== bench module: vet, staticcheck, its tests and one pass of every benchmark (no timing is checked)"
 (
   cd bench

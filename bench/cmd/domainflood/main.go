@@ -95,11 +95,11 @@ func measure(bin, store, rest string, callers int, dur time.Duration) (string, e
 		defer srv.Stop()
 		storeYAML = fmt.Sprintf("store: {type: redis, redis: {url: \"redis://%s\"}}", srv.Addr)
 	}
-	section := fmt.Sprintf("listen: %s, config_dir: %q", freeAddr(), rls)
+	rlsAddr := freeAddr()
+	section := fmt.Sprintf("listen: %s, config_dir: %q", rlsAddr, rls)
 	if rest != "default" {
 		section += ", busy_domain_rest: " + rest
 	}
-	rlsAddr := section[len("listen: "):strings.IndexByte(section, ',')]
 	cfg := fmt.Sprintf("listen: %s\nadmin_listen: %s\nupstream: http://127.0.0.1:1\n%s\nenvoy_rls: {%s}\n", freeAddr(), freeAddr(), storeYAML, section)
 	file := filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
