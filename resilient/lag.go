@@ -15,17 +15,19 @@ import (
 // of milliseconds for a processor, while a timer is served first: a
 // deadline check that saw no answer then proves nothing about the store.
 // The estimate rises at once and decays by an eighth a tick (20ms), so it
-// covers calls sent just before a stall.
+// covers calls sent just before a stall. Each tick's lag, before the
+// decay, is observed by observe (sluice_store_scheduling_lag_seconds).
 type schedLag struct {
-	ns   atomic.Int64
-	stop chan struct{}
-	done chan struct{}
+	ns      atomic.Int64
+	observe func(float64)
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 const lagTick = 20 * time.Millisecond
 
-func startSchedLag() *schedLag {
-	l := &schedLag{stop: make(chan struct{}), done: make(chan struct{})}
+func startSchedLag(observe func(float64)) *schedLag {
+	l := &schedLag{observe: observe, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
 }
@@ -56,13 +58,14 @@ func (l *schedLag) run() {
 			return
 		case <-t.C:
 		}
-		est := int64(time.Since(start) - lagTick)
+		est := max(int64(time.Since(start)-lagTick), 0)
 		if prev != nil {
 			rtmetrics.Read(sample)
 			h := sample[0].Value.Float64Histogram()
 			est = max(est, quantile(h.Counts, prev, h.Buckets, 0.99))
 			copy(prev, h.Counts)
 		}
+		l.observe(float64(est) / 1e9)
 		old := l.ns.Load()
 		l.ns.Store(max(est, old-old/8))
 	}

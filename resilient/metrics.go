@@ -22,6 +22,7 @@ type metrics struct {
 	callDuration     prometheus.Observer
 	queueWait        prometheus.Observer
 	callErrors       [ReasonBusy]prometheus.Counter // by Reason, of calls sent
+	schedLag         prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -63,7 +64,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "sluice_store_guard_denials_total",
 		Help: "Checks the rate limit store allowed but the in-process guard denied: this instance alone had admitted the rule's worth, so the store had lost the bucket (an evicting Redis, a flush, a failover).",
 	})
+	lag := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_store_scheduling_lag_seconds",
+		Help:    "How late this process ran, sampled every 20ms: the larger of how late the sampler's timer fired and the 99th percentile of the time goroutines waited to run. While it stays above half the store's deadline a call past its deadline is not given up (the process was too busy to tell whether the store answered), up to max_wait.",
+		Buckets: []float64{.001, .002, .005, .01, .02, .03, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 1.5, 2, 3, 5},
+	})
 	if reg != nil {
+		lag = register(reg, lag)
 		guard = register(reg, guard)
 		decisions = register(reg, decisions)
 		state = register(reg, state)
@@ -74,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		open = register(reg, open)
 		queueWait = register(reg, queueWait)
 	}
-	m := &metrics{guardDenials: guard, denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait}
+	m := &metrics{guardDenials: guard, denialHits: hits, callDuration: duration, busyDecisions: busy, breakersOpen: open, queueWait: queueWait, schedLag: lag}
 	for mode := range lastMode + 1 {
 		m.failureDecisions[mode] = decisions.WithLabelValues(mode.String())
 	}

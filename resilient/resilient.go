@@ -278,8 +278,9 @@ type Options struct {
 	// sluice_store_busy_decisions_total,
 	// sluice_store_breaker_state{state} (the worst of the breakers),
 	// sluice_store_breakers_open, sluice_store_denial_cache_hits_total,
-	// sluice_store_call_duration_seconds, sluice_store_queue_wait_seconds
-	// and sluice_store_errors_total{reason}.
+	// sluice_store_call_duration_seconds, sluice_store_queue_wait_seconds,
+	// sluice_store_errors_total{reason} and
+	// sluice_store_scheduling_lag_seconds.
 	// A second Store on the same registry (a configuration reload) shares
 	// the series of the first.
 	Registerer prometheus.Registerer
@@ -410,7 +411,7 @@ func New(primary sluice.Store, opts Options) *Store {
 	}
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
-	s.lag = startSchedLag()
+	s.lag = startSchedLag(s.metrics.schedLag.Observe)
 	return s
 }
 

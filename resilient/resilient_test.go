@@ -468,3 +468,32 @@ func TestCanceledCallerIsNotAFailure(t *testing.T) {
 		t.Fatalf("breaker %v after canceled callers only", st)
 	}
 }
+
+// The scheduling-lag sampler reports each tick's lag in
+// sluice_store_scheduling_lag_seconds: one observation per 20ms tick at
+// most, none negative.
+func TestSchedulingLagObserved(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	start := time.Now()
+	newStore(t, newMemstore(t), resilient.Options{Registerer: reg})
+	deadline := time.Now().Add(10 * time.Second)
+	for gather(t, reg)["sluice_store_scheduling_lag_seconds_count"] < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice_store_scheduling_lag_seconds: %v observations in 10s, want one a 20ms tick", gather(t, reg)["sluice_store_scheduling_lag_seconds_count"])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sluice_store_scheduling_lag_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if n, most := h.GetSampleCount(), uint64(time.Since(start)/(20*time.Millisecond)); n > most || h.GetSampleSum() < 0 {
+			t.Fatalf("%d observations summing to %vs in %v, want at most %d (one a tick), none negative", n, h.GetSampleSum(), time.Since(start), most)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,6 +186,55 @@ func hasHeader(hs []*corev3.HeaderValue, name string) bool {
 	return false
 }
 
+// lagHistogram is the histogram of its process's scheduling lag that the
+// resilient layer keeps, one observation per 20ms tick.
+const lagHistogram = "sluice_store_scheduling_lag_seconds"
+
+// scrapeLag scrapes the metrics of each sluice process.
+func scrapeLag(t *testing.T, servers []*rls) []map[string]float64 {
+	t.Helper()
+	out := make([]map[string]float64, len(servers))
+	for i, s := range servers {
+		out[i] = metrics(t, s.gateway)
+	}
+	return out
+}
+
+// worstServerLag returns the longest a sluice process was kept from
+// running between two scrapes (scrapeLag), as its resilient layer
+// measured it: for each process the upper bound of the highest bucket of
+// lagHistogram that gained an observation, or the sum of the observations
+// when less (an observation beyond the last bucket); the largest of the
+// processes'. It waits a few of the sampler's ticks first, so that a stall
+// that ended just before is observed. A process whose sampler observed
+// nothing fails the test: its stalls would go uncounted.
+func worstServerLag(t *testing.T, servers []*rls, before []map[string]float64) (time.Duration, []map[string]float64) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond)
+	after := scrapeLag(t, servers)
+	var worst float64
+	for i := range servers {
+		delta := func(series string) float64 { return after[i][series] - before[i][series] }
+		n, sum := delta(lagHistogram+"_count"), delta(lagHistogram+"_sum")
+		if n <= 0 {
+			t.Fatalf("sluice process %d: %s observed nothing between two scrapes; its stalls cannot be counted", i+1, lagHistogram)
+		}
+		upper := math.Inf(1)
+		for series := range after[i] {
+			le, ok := strings.CutPrefix(series, lagHistogram+`_bucket{le="`)
+			if !ok {
+				continue
+			}
+			b, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+			if err == nil && b < upper && delta(series) == n {
+				upper = b
+			}
+		}
+		worst = max(worst, min(upper, sum))
+	}
+	return time.Duration(worst * 1e9), after
+}
+
 // freeze stops a Redis process with SIGSTOP (its port still accepts
 // connections, it answers nothing) until the returned thaw is called; the
 // test's end thaws it too, so that redistest can stop it.
@@ -254,8 +305,10 @@ func outageUnderLoad(t *testing.T, down func(t *testing.T, srv *redistest.Server
 	store := fmt.Sprintf("store:\n  type: redis\n  redis: {url: %q, timeout: %v}\n  instances: %d", srv.URL(), outageTimeout, outageInstances)
 	files := map[string]string{"outage.yaml": outageDomain}
 	var clients []rlsv3.RateLimitServiceClient
+	var servers []*rls
 	for range outageInstances {
 		s := startRLSStore(t, store, files)
+		servers = append(servers, s)
 		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -273,16 +326,23 @@ func outageUnderLoad(t *testing.T, down func(t *testing.T, srv *redistest.Server
 		}
 	}
 
+	lagBefore := scrapeLag(t, servers)
 	up := down(t, srv)
 	during := loadRLS(clients, "during", 3*time.Second)
-	t.Logf("during the outage: %s", during)
+	serverLag, lagAfter := worstServerLag(t, servers, lagBefore)
+	t.Logf("during the outage: %s; worst sluice-side lag %v", during, serverLag)
 	failedCalls(t, "during the outage", during)
 	// A call waits at most for a call slot (QueueWait), then for the
 	// deadline; the rest is this machine's: the p99 latency of a call with
-	// Redis up and the worst lag of this process's timer during the
-	// outage, each counted twice (client and server side).
-	slack := 2 * (before.quantile(0.99) + during.lag)
+	// Redis up, the worst lag of this process's timer during the outage and
+	// the worst lag the sluice processes measured of their own (the
+	// resilient layer holds a deadline while its process runs late), each
+	// counted twice (client and server side).
+	slack := 2 * (before.quantile(0.99) + during.lag + serverLag)
 	bound := outageTimeout + outageQueueWait + slack
+	t.Logf("slowest call %v, bound %v = the deadline %v + the queue wait %v + 2 × (p99 before %v + test-side lag %v + sluice-side lag %v)",
+		during.slowest().took.Round(time.Millisecond), bound.Round(time.Millisecond), outageTimeout, outageQueueWait,
+		before.quantile(0.99).Round(time.Millisecond), during.lag.Round(time.Millisecond), serverLag.Round(time.Millisecond))
 	if s := during.slowest(); s.took > bound {
 		t.Errorf("a %s call started %v into the outage waited %v; the bound is the deadline %v + the queue wait %v + measured slack %v = %v",
 			outageModes[s.mode], s.start.Sub(during.start).Round(time.Millisecond), s.took.Round(time.Millisecond), outageTimeout, outageQueueWait, slack.Round(time.Millisecond), bound.Round(time.Millisecond))
@@ -329,11 +389,12 @@ func outageUnderLoad(t *testing.T, down func(t *testing.T, srv *redistest.Server
 	// Redis returns: a closed descriptor is OK again only when the store
 	// decides it. Each instance's breaker lets a probe through every probe
 	// interval, so both decide by the store within an interval, plus a
-	// deadline and the measured slack.
+	// deadline and the slack measured while they recover (this process's
+	// lag and the sluice processes').
+	recoverLag := stall.Start()
 	up()
 	back := time.Now()
 	recovered := make([]time.Duration, len(clients))
-	recoverBound := outageProbe + outageTimeout + slack
 	for i, c := range clients {
 		for n := 0; ; n++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -348,16 +409,22 @@ func outageUnderLoad(t *testing.T, down func(t *testing.T, srv *redistest.Server
 				recovered[i] = time.Since(back)
 				break
 			}
-			if time.Since(back) > 10*recoverBound {
+			if time.Since(back) > 10*(outageProbe+outageTimeout+slack) {
 				t.Fatalf("instance %d: closed still OVER_LIMIT %v after Redis returned", i+1, time.Since(back).Round(time.Millisecond))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	t.Logf("the store decided again after %v (bound %v)", recovered, recoverBound.Round(time.Millisecond))
+	testLag := recoverLag.Stop()
+	serverLag, _ = worstServerLag(t, servers, lagAfter)
+	recoverSlack := 2 * (before.quantile(0.99) + testLag + serverLag)
+	recoverBound := outageProbe + outageTimeout + recoverSlack
+	t.Logf("the store decided again after %v (bound %v = the probe interval %v + the deadline %v + 2 × (p99 before %v + test-side lag %v + sluice-side lag %v))",
+		recovered, recoverBound.Round(time.Millisecond), outageProbe, outageTimeout,
+		before.quantile(0.99).Round(time.Millisecond), testLag.Round(time.Millisecond), serverLag.Round(time.Millisecond))
 	if slices.Max(recovered) > recoverBound {
 		t.Errorf("the store decided again %v after Redis returned; the bound is the probe interval %v + the deadline %v + measured slack %v",
-			slices.Max(recovered).Round(time.Millisecond), outageProbe, outageTimeout, slack.Round(time.Millisecond))
+			slices.Max(recovered).Round(time.Millisecond), outageProbe, outageTimeout, recoverSlack.Round(time.Millisecond))
 	}
 	after := loadRLS(clients, "after", 1500*time.Millisecond)
 	t.Logf("after Redis returned: %s", after)
