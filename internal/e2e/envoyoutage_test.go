@@ -274,12 +274,15 @@ func freeze(t *testing.T, srv *redistest.Server) (thaw func()) {
 // load: 48 callers spread calls over two `sluice serve` processes, one
 // descriptor per failure policy. Every call is answered, none waits longer
 // than the store's deadline plus the queue wait plus a slack taken from
-// what was measured (the p99 latency before the outage and this process's
-// own timer lag during it), and each descriptor's on_error decides: open
+// what was measured (the p99 latency before the outage, this process's own
+// timer lag during it and the worst scheduling lag the sluice processes'
+// resilient layers measured of their own, read from their
+// sluice_store_scheduling_lag_seconds), and each descriptor's on_error
+// decides: open
 // answers OK, closed OVER_LIMIT with Retry-After, local OK until the
 // instances' shares of burst + rate × elapsed are spent, then OVER_LIMIT.
 // Once Redis is back, the store decides again (closed answers OK) within a
-// probe interval plus a measured slack.
+// probe interval plus a slack measured the same way while they recover.
 func TestEnvoyRLSRedisOutageUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test of a few seconds per outage")
@@ -362,7 +365,11 @@ func outageUnderLoad(t *testing.T, down func(t *testing.T, srv *redistest.Server
 	}
 	// local: each instance's own bucket holds its share of the rule, so
 	// the two admit at most burst + rate × elapsed (1% and a token per
-	// instance of slack for the refill's rounding), and then refuse.
+	// instance of slack for the refill's rounding), and then refuse. No
+	// stall slack: every local decision is made within its call, between
+	// the first local call's start and the last admitted one's end on this
+	// machine's one monotonic clock, so a stalled sluice process refills
+	// no more than that span.
 	var first, lastOK time.Time
 	for _, c := range during.calls {
 		if c.mode != local || c.err != nil {
