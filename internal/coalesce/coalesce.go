@@ -50,10 +50,9 @@ type Answerer interface {
 }
 
 // A Withdrawer withdraws an op sent with Send whose sender no longer
-// waits for it: an op still queued is taken out
-// and answered with err at once, so that nothing is spent for it; an op
-// whose batch is on its way is answered by the batch; an op already
-// answered is left alone.
+// waits for it: an op still queued is taken out and answered with err at
+// once, so that nothing is spent for it; an op whose batch is on its way
+// is answered by the batch; an op already answered is left alone.
 type Withdrawer interface {
 	Withdraw(a Answerer, err error)
 }
@@ -245,17 +244,16 @@ func (b *Batcher[O]) leave() {
 	}
 }
 
-// next moves the next batch out of the queue, with b.mu held. With the
-// queue empty it gives back its flusher's slot and returns nil, in the
-// same hold of the mutex, so that nothing queues unseen.
-func (b *Batcher[O]) next() []*call[O] {
+// next moves the next batch out of the queue into buf, with b.mu held.
+// With the queue empty it gives back its flusher's slot and returns nil,
+// in the same hold of the mutex, so that nothing queues unseen.
+func (b *Batcher[O]) next(buf []*call[O]) []*call[O] {
 	n := min(len(b.pending), b.maxBatch)
 	if n == 0 {
 		b.leave()
 		return nil
 	}
-	batch := make([]*call[O], n)
-	copy(batch, b.pending)
+	batch := append(buf[:0], b.pending[:n]...)
 	for _, c := range batch {
 		c.taken = true
 	}
@@ -275,10 +273,20 @@ func (b *Batcher[O]) startFlush() {
 	}
 }
 
+// buffers are a flusher's, reused from batch to batch: two batches (the
+// one on its way and the next), and what a batch is sent with.
+type buffers[O any] struct {
+	batch [2][]*call[O]
+	ops   []O
+	res   []sluice.Result
+	errs  []error
+}
+
 // flusher flushes, then the flushes handed to it, until Close.
 func (b *Batcher[O]) flusher() {
+	var buf buffers[O]
 	for {
-		b.flush()
+		b.flush(&buf)
 		select {
 		case <-b.wake:
 		case <-b.stop:
@@ -290,21 +298,23 @@ func (b *Batcher[O]) flusher() {
 // flush holds a batch slot: it sends batches from the queue, one after the
 // other, until the queue is empty. It takes the next batch before it
 // answers the last, so that the store is not kept waiting for the answers.
-func (b *Batcher[O]) flush() {
+func (b *Batcher[O]) flush(buf *buffers[O]) {
 	if b.maxWait > 0 {
 		wait(b.maxWait)
 	}
 	b.mu.Lock()
-	batch := b.next()
+	batch := b.next(buf.batch[0])
 	b.mu.Unlock()
-	for batch != nil {
-		b.sendBatch(batch)
+	for turn := 1; batch != nil; turn++ {
+		b.sendBatch(batch, buf)
 		b.mu.Lock()
-		next := b.next()
+		next := b.next(buf.batch[turn%2])
 		b.mu.Unlock()
-		for _, c := range batch {
+		for i, c := range batch {
+			batch[i] = nil // the buffer holds on to no call
 			b.answer(c)
 		}
+		buf.batch[(turn+1)%2] = batch[:0]
 		batch = next
 	}
 }
@@ -326,7 +336,7 @@ func wait(d time.Duration) {
 // sendBatch sends a batch and writes each call's result. Its deadline is
 // the latest of its calls', none if one of them has none: a caller that
 // gives up earlier returns on its own.
-func (b *Batcher[O]) sendBatch(batch []*call[O]) {
+func (b *Batcher[O]) sendBatch(batch []*call[O], buf *buffers[O]) {
 	ctx := context.Background()
 	var latest time.Time
 	for _, c := range batch {
@@ -343,16 +353,22 @@ func (b *Batcher[O]) sendBatch(batch []*call[O]) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	ops := make([]O, len(batch))
+	n := len(batch)
+	ops := slices.Grow(buf.ops[:0], n)[:n]
+	res := slices.Grow(buf.res[:0], n)[:n]
+	errs := slices.Grow(buf.errs[:0], n)[:n]
 	for i, c := range batch {
-		ops[i] = c.op
+		ops[i], res[i], errs[i] = c.op, sluice.Result{}, nil
 	}
-	res := make([]sluice.Result, len(batch))
-	errs := make([]error, len(batch))
 	b.send(ctx, ops, res, errs)
 	for i, c := range batch {
 		c.res, c.err = res[i], errs[i]
 	}
+	var zero O
+	for i := range ops {
+		ops[i], errs[i] = zero, nil // hold on to nothing of the batch
+	}
+	buf.ops, buf.res, buf.errs = ops, res, errs
 }
 
 // Close stops queueing and waits until every queued op is answered.
