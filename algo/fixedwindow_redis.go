@@ -124,8 +124,17 @@ func (s *fixedWindowRedis) Key(key string) string { return redisKey(s.prefix, ke
 
 // Check decides req in one round trip.
 func (s *fixedWindowRedis) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	if err := validate(FixedWindow, req); err != nil {
+	o, err := s.checkOp(req)
+	if err != nil {
 		return sluice.Result{}, err
+	}
+	return s.run(ctx, o)
+}
+
+// checkOp returns the op of req's check.
+func (s *fixedWindowRedis) checkOp(req sluice.Request) (fwOp, error) {
+	if err := validate(FixedWindow, req); err != nil {
+		return fwOp{}, err
 	}
 	o := fwOp{key: req.Key, kind: "c", amount: req.Cost, rules: req.Rules}
 	if req.CountDenied {
@@ -134,7 +143,7 @@ func (s *fixedWindowRedis) Check(ctx context.Context, req sluice.Request) (sluic
 			s.counterOp(&o, req.WindowKey)
 		}
 	}
-	return s.run(ctx, o)
+	return o, nil
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) key's windows, or,
@@ -150,6 +159,23 @@ func (s *fixedWindowRedis) Adjust(ctx context.Context, req sluice.Request, delta
 		s.counterOp(&o, req.WindowKey)
 	}
 	return s.run(ctx, o)
+}
+
+// SendCheck sends req's check to its coalescing queue without waiting
+// for it (coalesce.Sender); false when the store does not coalesce.
+func (s *fixedWindowRedis) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
+	if s.batcher == nil {
+		return nil, false
+	}
+	o, err := s.checkOp(req)
+	if err != nil {
+		a.Answer(sluice.Result{}, err)
+		return nil, true
+	}
+	if o.counter != "" {
+		return s.counters.Send(ctx, o, a), true
+	}
+	return s.batcher.Send(ctx, o, a), true
 }
 
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 )
 
 // Router is one sluice.Store for every algorithm: it sends each call to
@@ -69,6 +70,21 @@ func (r *Router) Check(ctx context.Context, req sluice.Request) (sluice.Result, 
 		return sluice.Result{}, err
 	}
 	return st.Check(ctx, req)
+}
+
+// SendCheck sends req's check to the store of its algorithm without
+// waiting for it, when that store can (coalesce.Sender); false, having
+// answered nothing, when it cannot or req names no store's algorithm
+// (Check then says why).
+func (r *Router) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
+	st, err := r.store(&req)
+	if err != nil {
+		return nil, false
+	}
+	if sd, ok := st.(coalesce.Sender); ok {
+		return sd.SendCheck(ctx, req, a)
+	}
+	return nil, false
 }
 
 // Adjust adjusts req's buckets in the store of its algorithm.

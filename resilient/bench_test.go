@@ -7,13 +7,16 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -139,4 +142,75 @@ func BenchmarkCheckRedis(b *testing.B) {
 			})
 		})
 	}
+}
+
+// hideSender hides a store's SendCheck, so that the resilient layer calls
+// it on a worker, as it calls a store that cannot send.
+type hideSender struct{ sluice.Store }
+
+// BenchmarkCheckCounters measures a check of the fixed window's counters
+// (the Envoy service's, envoyproxy/ratelimit's INCRBY + EXPIRE) through
+// the resilient layer on a real server, at uniform keys: sent (the check
+// queued from the caller's goroutine, answered by the counters' flusher)
+// against on a worker (the hand-off the layer makes for a store that
+// cannot send). cpu-µs/op is this process's CPU time a check, client
+// side: what the hand-off costs.
+func BenchmarkCheckCounters(b *testing.B) {
+	srv := redistest.Start(b)
+	o := srv.Options()
+	o.ContextTimeoutEnabled, o.PoolSize, o.DialerRetries, o.MaxRetries = true, 64, 1, -1
+	client := redis.NewClient(o)
+	defer client.Close()
+	counters, err := algo.Redis(algo.FixedWindow, client, algo.RedisOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer counters.Close()
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ctr_user_%d_", i)
+	}
+	rule := []sluice.Rule{{Rate: 1e6 / 60, Burst: 1e6}} // 1,000,000 a minute: never over
+	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, path := range []string{"sent", "worker"} {
+		var primary sluice.Store = counters
+		if path == "worker" {
+			primary = hideSender{counters}
+		}
+		for _, callers := range []int{1, 32, 128} {
+			b.Run(fmt.Sprintf("path=%s/callers=%d", path, callers), func(b *testing.B) {
+				s := resilient.New(primary, resilient.Options{Logger: quietLog, Timeout: time.Second, DenialCacheSize: -1})
+				defer s.Close()
+				b.ReportAllocs()
+				var next atomic.Int64
+				cpu0 := processCPU()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() {
+						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+							req := sluice.Request{Key: "k", WindowKey: keys[(i*7919)%int64(len(keys))], CountDenied: true, Cost: 1, Rules: rule}
+							if _, err := s.Check(ctx, req); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				b.ReportMetric((processCPU()-cpu0)*1e6/float64(b.N), "cpu-µs/op")
+			})
+		}
+	}
+}
+
+// processCPU is this process's CPU time so far, user and system, in
+// seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

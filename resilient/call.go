@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 )
 
 // A store call runs on a worker: a goroutine that outlives the call and
@@ -15,6 +16,14 @@ import (
 // while the call goes on (a read from a stalled Redis cannot be cut short
 // before MaxWait, and the deadline is extended while the store shows signs
 // of life): that is why the call is not made on the caller's goroutine.
+//
+// A store that can send a check without its caller's goroutine waiting in
+// it (coalesce.Sender: the fixed window's coalescing queues) needs no
+// worker: the caller queues the check and waits for its answer as it
+// would for the worker's, and the store's own flusher answers it
+// (job.Answer). A caller that leaves withdraws a check still queued, so
+// that its call slot is given back at once, as a worker's is when the
+// store returns.
 
 // job is one call to the wrapped store. Its callCtx is the context the
 // store sees. A job whose caller left before the answer (gave up, or its
@@ -23,7 +32,9 @@ import (
 // answer.
 type job struct {
 	callCtx
+	s      *Store
 	b      *breaker
+	sent   coalesce.Withdrawer // a check sent to s.sender, until answered
 	adjust bool
 	req    sluice.Request // a Check, or an Adjust by delta
 	delta  int64
@@ -65,19 +76,44 @@ func (c *callCtx) Err() error {
 	}
 }
 
-// run makes j's call, gives its call slot back and answers.
+// run makes j's call on the worker's goroutine, and answers.
 func (s *Store) run(j *job) {
-	var a answer
 	if j.adjust {
-		a.res, a.err = s.primary.Adjust(&j.callCtx, j.req, j.delta)
+		j.Answer(s.primary.Adjust(&j.callCtx, j.req, j.delta))
 	} else {
-		a.res, a.err = s.primary.Check(&j.callCtx, j.req)
+		j.Answer(s.primary.Check(&j.callCtx, j.req))
 	}
+}
+
+// Answer gives j's call slot back and hands its caller the answer: from
+// run, or from the store's flusher for a check sent to s.sender.
+func (j *job) Answer(res sluice.Result, err error) {
+	s := j.s
 	<-s.slots
-	if a.err == nil || invalid(a.err) {
+	if err == nil || invalid(err) {
 		j.b.answered(s.clock())
 	}
-	j.done <- a // j is its caller's from here on
+	j.done <- answer{res, err} // j is its caller's from here on
+}
+
+// send sends j's check to s.sender, when the store is one; false when
+// the job is for a worker.
+func (s *Store) send(j *job) bool {
+	if s.sender == nil || j.adjust {
+		return false
+	}
+	w, ok := s.sender.SendCheck(&j.callCtx, j.req, j)
+	j.sent = w
+	return ok
+}
+
+// leave is what a caller that leaves without j's answer does: it cancels
+// the call, and withdraws a check still queued in s.sender.
+func (j *job) leave() {
+	close(j.cancel)
+	if j.sent != nil {
+		j.sent.Withdraw(j, context.Canceled)
+	}
 }
 
 // work runs j, then the jobs handed to it, until the Store is closed.
@@ -133,12 +169,14 @@ func putTimer(t *time.Timer) {
 // goes on in its worker until it returns (MaxWait at most) and gives its
 // slot back then, so a call given up still counts against the bound.
 func (s *Store) call(ctx context.Context, b *breaker, sent int64, j *job) (sluice.Result, error) {
-	j.parent, j.b = ctx, b
+	j.parent, j.b, j.s = ctx, b, s
 	j.deadline = s.start.Add(time.Duration(sent) + s.maxWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(j.deadline) {
 		j.deadline = d
 	}
-	s.dispatch(j)
+	if !s.send(j) {
+		s.dispatch(j)
+	}
 	timer := getTimer(s.timeout)
 	defer putTimer(timer)
 	due := sent + int64(s.timeout)
@@ -148,7 +186,7 @@ func (s *Store) call(ctx context.Context, b *breaker, sent int64, j *job) (sluic
 			putJob(j)
 			return a.res, a.err
 		case <-ctx.Done():
-			close(j.cancel)
+			j.leave()
 			return sluice.Result{}, ctx.Err()
 		case <-timer.C:
 		}
@@ -166,7 +204,7 @@ func (s *Store) call(ctx context.Context, b *breaker, sent int64, j *job) (sluic
 			return a.res, a.err
 		default:
 		}
-		close(j.cancel)
+		j.leave()
 		return sluice.Result{}, errNoAnswer
 	}
 }
@@ -187,6 +225,6 @@ func adjustJob(req sluice.Request, delta int64) *job {
 
 // putJob keeps j, answered, for reuse, holding on to nothing of its call.
 func putJob(j *job) {
-	j.parent, j.b, j.req = nil, nil, sluice.Request{}
+	j.parent, j.b, j.s, j.sent, j.req = nil, nil, nil, nil, sluice.Request{}
 	jobs.Put(j)
 }

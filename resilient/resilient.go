@@ -101,6 +101,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -303,6 +304,7 @@ type Options struct {
 // one. It is safe for concurrent use.
 type Store struct {
 	primary    sluice.Store
+	sender     coalesce.Sender // primary, when it sends checks without a worker (call.go)
 	mode       Mode
 	instances  int64
 	timeout    time.Duration
@@ -412,6 +414,7 @@ func New(primary sluice.Store, opts Options) *Store {
 	s.local = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.guard = memstore.New(memstore.Options{MaxKeys: maxKeys})
 	s.lag = startSchedLag(s.metrics.schedLag.Observe)
+	s.sender, _ = primary.(coalesce.Sender)
 	return s
 }
 

@@ -37,6 +37,36 @@ type call[O any] struct {
 	res      sluice.Result
 	err      error
 	done     chan struct{}
+	to       Answerer    // a sent op's (Send): answered through it, not done
+	b        *Batcher[O] // its Batcher, for Withdraw: set once, when made
+}
+
+// An Answerer receives the answer of an op sent with Send, exactly once:
+// on the goroutine of the flusher that decided it, or on the goroutine
+// that sent or withdrew it when it was never sent to the store. Answer
+// must not block.
+type Answerer interface {
+	Answer(res sluice.Result, err error)
+}
+
+// A Withdrawer withdraws an op sent with Send whose sender no longer
+// waits for it: an op still queued is taken out and answered with err at
+// once, so that nothing is spent for it; an op whose batch is on its way
+// is answered by the batch; an op already answered is left alone.
+type Withdrawer interface {
+	Withdraw(a Answerer, err error)
+}
+
+// A Sender is a store whose checks can be sent without a goroutine of
+// their caller's waiting in the store: the caller may leave at its
+// deadline while the check goes on, and the store answers it through a.
+// SendCheck returns false, having answered nothing, when it cannot send
+// req this way (the caller then calls Check); otherwise a's Answer is
+// called exactly once, maybe before SendCheck returns (then w is nil).
+// ctx's deadline bounds the store call; its values may not reach the
+// store, since a batch goes with a context of its own.
+type Sender interface {
+	SendCheck(ctx context.Context, req sluice.Request, a Answerer) (w Withdrawer, ok bool)
 }
 
 // Batcher queues the ops of concurrent callers and sends them in batches.
@@ -75,7 +105,7 @@ func New[O any](opts Options, closedErr error, send Send[O]) *Batcher[O] {
 	}
 	b.idle.L = &b.mu
 	b.wake, b.stop = make(chan struct{}), make(chan struct{})
-	b.pool.New = func() any { return &call[O]{done: make(chan struct{}, 1)} }
+	b.pool.New = func() any { return &call[O]{done: make(chan struct{}, 1), b: b} }
 	return b
 }
 
@@ -100,7 +130,7 @@ func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
 		return res[0], errs[0]
 	}
 	c := b.pool.Get().(*call[O])
-	c.op, c.res, c.err, c.taken = o, sluice.Result{}, nil, false
+	c.op, c.res, c.err, c.taken, c.to = o, sluice.Result{}, nil, false, nil
 	c.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, c)
 	if b.inFlight < b.maxInFlight {
@@ -132,6 +162,63 @@ func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
 	return sluice.Result{}, ctx.Err()
 }
 
+// Send queues o for the next batch and returns at once, with what
+// withdraws it; a's Answer gets its answer exactly once (at once, and w
+// nil, when the Batcher is closed). Unlike Do, o never goes on the
+// caller's goroutine: a flusher sends it, so that the caller may leave
+// while it is on its way.
+func (b *Batcher[O]) Send(ctx context.Context, o O, a Answerer) (w Withdrawer) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		a.Answer(sluice.Result{}, b.closedErr)
+		return nil
+	}
+	c := b.pool.Get().(*call[O])
+	c.op, c.res, c.err, c.taken, c.to = o, sluice.Result{}, nil, false, a
+	c.deadline, _ = ctx.Deadline()
+	b.pending = append(b.pending, c)
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		b.startFlush()
+	}
+	b.mu.Unlock()
+	return c
+}
+
+// Withdraw takes c out of the queue and answers it with err when it is
+// still queued for a; see Withdrawer. c may have been answered and reused
+// for another op since: then c.to is another's and nothing is done.
+func (c *call[O]) Withdraw(a Answerer, err error) {
+	b := c.b
+	b.mu.Lock()
+	if c.to != a || c.taken {
+		b.mu.Unlock()
+		return
+	}
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+	}
+	c.to = nil
+	b.mu.Unlock()
+	b.pool.Put(c)
+	a.Answer(sluice.Result{}, err)
+}
+
+// answer hands a batch's result to c's caller.
+func (b *Batcher[O]) answer(c *call[O]) {
+	to := c.to
+	if to == nil {
+		c.done <- struct{}{}
+		return
+	}
+	// c stays taken until it is reused, and is then another's (Send and
+	// Do set to under the mutex): a late Withdraw of to finds nothing.
+	res, err := c.res, c.err
+	b.pool.Put(c)
+	to.Answer(res, err)
+}
+
 // Queued returns how many ops wait in the queue.
 func (b *Batcher[O]) Queued() int {
 	b.mu.Lock()
@@ -157,17 +244,16 @@ func (b *Batcher[O]) leave() {
 	}
 }
 
-// next moves the next batch out of the queue, with b.mu held. With the
-// queue empty it gives back its flusher's slot and returns nil, in the
-// same hold of the mutex, so that nothing queues unseen.
-func (b *Batcher[O]) next() []*call[O] {
+// next moves the next batch out of the queue into buf, with b.mu held.
+// With the queue empty it gives back its flusher's slot and returns nil,
+// in the same hold of the mutex, so that nothing queues unseen.
+func (b *Batcher[O]) next(buf []*call[O]) []*call[O] {
 	n := min(len(b.pending), b.maxBatch)
 	if n == 0 {
 		b.leave()
 		return nil
 	}
-	batch := make([]*call[O], n)
-	copy(batch, b.pending)
+	batch := append(buf[:0], b.pending[:n]...)
 	for _, c := range batch {
 		c.taken = true
 	}
@@ -187,10 +273,20 @@ func (b *Batcher[O]) startFlush() {
 	}
 }
 
+// buffers are a flusher's, reused from batch to batch: two batches (the
+// one on its way and the next), and what a batch is sent with.
+type buffers[O any] struct {
+	batch [2][]*call[O]
+	ops   []O
+	res   []sluice.Result
+	errs  []error
+}
+
 // flusher flushes, then the flushes handed to it, until Close.
 func (b *Batcher[O]) flusher() {
+	var buf buffers[O]
 	for {
-		b.flush()
+		b.flush(&buf)
 		select {
 		case <-b.wake:
 		case <-b.stop:
@@ -202,21 +298,23 @@ func (b *Batcher[O]) flusher() {
 // flush holds a batch slot: it sends batches from the queue, one after the
 // other, until the queue is empty. It takes the next batch before it
 // answers the last, so that the store is not kept waiting for the answers.
-func (b *Batcher[O]) flush() {
+func (b *Batcher[O]) flush(buf *buffers[O]) {
 	if b.maxWait > 0 {
 		wait(b.maxWait)
 	}
 	b.mu.Lock()
-	batch := b.next()
+	batch := b.next(buf.batch[0])
 	b.mu.Unlock()
-	for batch != nil {
-		b.sendBatch(batch)
+	for turn := 1; batch != nil; turn++ {
+		b.sendBatch(batch, buf)
 		b.mu.Lock()
-		next := b.next()
+		next := b.next(buf.batch[turn%2])
 		b.mu.Unlock()
-		for _, c := range batch {
-			c.done <- struct{}{}
+		for i, c := range batch {
+			batch[i] = nil // the buffer holds on to no call
+			b.answer(c)
 		}
+		buf.batch[(turn+1)%2] = batch[:0]
 		batch = next
 	}
 }
@@ -238,7 +336,7 @@ func wait(d time.Duration) {
 // sendBatch sends a batch and writes each call's result. Its deadline is
 // the latest of its calls', none if one of them has none: a caller that
 // gives up earlier returns on its own.
-func (b *Batcher[O]) sendBatch(batch []*call[O]) {
+func (b *Batcher[O]) sendBatch(batch []*call[O], buf *buffers[O]) {
 	ctx := context.Background()
 	var latest time.Time
 	for _, c := range batch {
@@ -255,16 +353,22 @@ func (b *Batcher[O]) sendBatch(batch []*call[O]) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	ops := make([]O, len(batch))
+	n := len(batch)
+	ops := slices.Grow(buf.ops[:0], n)[:n]
+	res := slices.Grow(buf.res[:0], n)[:n]
+	errs := slices.Grow(buf.errs[:0], n)[:n]
 	for i, c := range batch {
-		ops[i] = c.op
+		ops[i], res[i], errs[i] = c.op, sluice.Result{}, nil
 	}
-	res := make([]sluice.Result, len(batch))
-	errs := make([]error, len(batch))
 	b.send(ctx, ops, res, errs)
 	for i, c := range batch {
 		c.res, c.err = res[i], errs[i]
 	}
+	var zero O
+	for i := range ops {
+		ops[i], errs[i] = zero, nil // hold on to nothing of the batch
+	}
+	buf.ops, buf.res, buf.errs = ops, res, errs
 }
 
 // Close stops queueing and waits until every queued op is answered.

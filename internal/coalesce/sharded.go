@@ -73,6 +73,16 @@ func (s *Sharded[O]) batcher(name string) *Batcher[O] {
 	return b
 }
 
+// Send queues o on the Batcher of its part; see Batcher.Send.
+func (s *Sharded[O]) Send(ctx context.Context, o O, a Answerer) Withdrawer {
+	b := s.batcher(s.shard(o))
+	if b == nil {
+		a.Answer(sluice.Result{}, s.closedErr)
+		return nil
+	}
+	return b.Send(ctx, o, a)
+}
+
 // Queued returns how many ops wait in the queues of every part.
 func (s *Sharded[O]) Queued() int {
 	n := 0
@@ -118,6 +128,7 @@ func ClusterMaster(client any) func(key string) string {
 // Queue is a Batcher, or a Sharded one on a Cluster.
 type Queue[O any] interface {
 	Do(ctx context.Context, o O) (sluice.Result, error)
+	Send(ctx context.Context, o O, a Answerer) Withdrawer
 	Queued() int
 	Close()
 }
