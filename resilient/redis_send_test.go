@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/sendtest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/resilient"
 )
@@ -64,15 +65,15 @@ func TestRedisCheckSentWithoutWorker(t *testing.T) {
 			// a store that does not coalesce sends nothing, answers nothing.
 			bad := sluice.Request{Key: "k", Cost: -1, Rules: rules}
 			_, want := st.Store.Check(ctx, bad)
-			a := make(answers, 1)
+			a := make(sendtest.Answers, 1)
 			w, ok := st.Store.SendCheck(ctx, bad, a)
 			if ok != coalescing || w != nil {
 				t.Fatalf("SendCheck of an invalid request: %v, %v; want %v, no withdrawer", w, ok, coalescing)
 			}
 			select {
 			case got := <-a:
-				if !coalescing || want == nil || got.err == nil || got.err.Error() != want.Error() {
-					t.Errorf("an invalid request sent: %v, want Check's %v", got.err, want)
+				if !coalescing || want == nil || got.Err == nil || got.Err.Error() != want.Error() {
+					t.Errorf("an invalid request sent: %v, want Check's %v", got.Err, want)
 				}
 			default:
 				if coalescing {
@@ -82,16 +83,6 @@ func TestRedisCheckSentWithoutWorker(t *testing.T) {
 		})
 	}
 }
-
-// answers is an Answerer that hands each answer on.
-type answers chan answerOf
-
-type answerOf struct {
-	res sluice.Result
-	err error
-}
-
-func (a answers) Answer(res sluice.Result, err error) { a <- answerOf{res, err} }
 
 // Many callers on one key of a Redis bucket admit exactly its burst,
 // sent (coalesce.Sender) as on a worker (Check) or straight to the Redis

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/sendtest"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -69,30 +70,16 @@ func TestLeasesSendCheck(t *testing.T) {
 	defer l.Close()
 	var sd coalesce.Sender = l
 	rules := []sluice.Rule{{Rate: 1.0 / 3600, Burst: 2}}
-	a := make(answerChan, 1)
 	ctx := context.Background()
 	for i, want := range []bool{true, true, false} {
-		if _, ok := sd.SendCheck(ctx, sluice.Request{Key: "k", Cost: 1, Rules: rules}, a); !ok {
-			t.Fatal("a check without a lease was not sent")
-		}
-		if got := <-a; got.err != nil || got.res.Allowed != want || got.res.Limit != 2 {
-			t.Errorf("check %d: %+v %v, want allowed %v", i, got.res, got.err, want)
+		res, err := sendtest.Check(ctx, sd, sluice.Request{Key: "k", Cost: 1, Rules: rules})
+		if err != nil || res.Allowed != want || res.Limit != 2 {
+			t.Errorf("check %d without a lease: %+v %v, want sent and allowed %v", i, res, err, want)
 		}
 	}
+	a := make(sendtest.Answers, 1)
 	leased := sluice.Request{Key: "k", Cost: 1, Rules: rules, Lease: &sluice.Lease{Tokens: 1, TTL: time.Minute}}
 	if w, ok := sd.SendCheck(ctx, leased, a); ok || w != nil || len(a) != 0 {
 		t.Errorf("a leased check: %v %v, %d answers; want not sent", w, ok, len(a))
 	}
-}
-
-type answerChan chan struct {
-	res sluice.Result
-	err error
-}
-
-func (a answerChan) Answer(res sluice.Result, err error) {
-	a <- struct {
-		res sluice.Result
-		err error
-	}{res, err}
 }
