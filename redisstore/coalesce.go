@@ -29,7 +29,9 @@ import (
 // A check that finds a batch slot free and nothing queued goes at once, on
 // its caller's goroutine, as it would without coalescing: a lone caller
 // pays nothing for it. The others queue, and a flusher takes what queued
-// while the slots were busy as its next batch.
+// while the slots were busy as its next batch. A check sent with
+// Store.SendCheck (as the resilient layer sends them, without a worker)
+// always queues, and a flusher answers it.
 type Coalesce struct {
 	// MaxBatch caps the checks in one script call; zero means 64. Redis
 	// runs a script alone, so a batch holds every other client of the

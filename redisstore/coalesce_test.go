@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/sendtest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -75,7 +76,8 @@ func TestCoalescingKeepsTheLimitExact(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		cluster bool
-	}{{"standalone", false}, {"cluster", true}} {
+		sent    bool // sent to the queue (SendCheck), as the resilient layer sends them
+	}{{"standalone", false, false}, {"cluster", true, false}, {"standalone/sent", false, true}, {"cluster/sent", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var client redis.UniversalClient
 			var calls func() int64
@@ -101,6 +103,12 @@ func TestCoalescingKeepsTheLimitExact(t *testing.T) {
 			frozen := fakeclock.New(time.Now()) // stopped: nothing refills during the test
 			rs := redisstore.New(client, redisstore.Options{Now: frozen.Now, Coalesce: &redisstore.Coalesce{MaxWait: 50 * time.Microsecond}})
 			defer rs.Close()
+			check := rs.Check
+			if tc.sent {
+				check = func(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+					return sendtest.Check(ctx, rs, req)
+				}
+			}
 			rules := []sluice.Rule{{Rate: 1, Burst: 300}}
 			keys := []string{"a", "b", "c", "d", "e", "f"}
 			var admitted [6]atomic.Int64
@@ -113,7 +121,7 @@ func TestCoalescingKeepsTheLimitExact(t *testing.T) {
 					defer wg.Done()
 					for i := 0; i < each; i++ {
 						k := (g + i) % len(keys)
-						r, err := rs.Check(ctx, sluice.Request{Key: keys[k], Cost: 1, Rules: rules})
+						r, err := check(ctx, sluice.Request{Key: keys[k], Cost: 1, Rules: rules})
 						if err != nil {
 							t.Error(err)
 							return

@@ -108,7 +108,10 @@ type Store struct {
 	batcher  coalesce.Queue[op] // nil: no coalescing
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store    = (*Store)(nil)
+	_ coalesce.Sender = (*Store)(nil)
+)
 
 // New returns a Store that keeps its buckets through client.
 func New(client Scripter, opts Options) *Store {
@@ -141,10 +144,38 @@ func (s *Store) Close() error {
 
 // Check decides req in one round trip.
 func (s *Store) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
-	if err := sluice.ValidateRequest(req); err != nil {
+	o, err := checkOp(req)
+	if err != nil {
 		return sluice.Result{}, err
 	}
-	return s.run(ctx, op{key: req.Key, amount: req.Cost, maxDelayUs: req.MaxDelay.Microseconds(), rules: req.Rules})
+	return s.run(ctx, o)
+}
+
+// SendCheck sends req's check to the coalescing queue without waiting for
+// it (coalesce.Sender): the queue's flusher decides it with the batch it
+// joins and answers it through a, exactly as Check's answer. An invalid
+// req is answered at once with Check's error. False, having answered
+// nothing, when the store does not coalesce (Options.DisableCoalescing):
+// Check then sends it on its caller's goroutine.
+func (s *Store) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
+	if s.batcher == nil {
+		return nil, false
+	}
+	o, err := checkOp(req)
+	if err != nil {
+		a.Answer(sluice.Result{}, err)
+		return nil, true
+	}
+	return s.batcher.Send(ctx, o, a), true
+}
+
+// checkOp returns the op of req's check, or why req is not a valid one:
+// what Check and SendCheck send.
+func checkOp(req sluice.Request) (op, error) {
+	if err := sluice.ValidateRequest(req); err != nil {
+		return op{}, err
+	}
+	return op{key: req.Key, amount: req.Cost, maxDelayUs: req.MaxDelay.Microseconds(), rules: req.Rules}, nil
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets

@@ -321,11 +321,22 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	// count exact even when the machine stalls the load for most of that.
 	hotRule := []sluice.Rule{{Rate: 100, Burst: 100}}
 	wideRule := []sluice.Rule{{Rate: 100_000, Burst: 100_000}} // never denied
-	for _, mode := range []resilient.Mode{resilient.Open, resilient.Closed, resilient.Local} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		mode resilient.Mode
+		path string // the checks sent (coalesce.Sender), or on a worker
+	}{
+		{resilient.Open, "sent"}, {resilient.Closed, "sent"}, {resilient.Local, "sent"},
+		{resilient.Open, "worker"}, {resilient.Closed, "worker"}, {resilient.Local, "worker"},
+	} {
+		mode := tc.mode
+		t.Run(mode.String()+"/"+tc.path, func(t *testing.T) {
 			srv := redistest.Start(t)
 			primary := &failureTimes{Store: redisstore.New(redisClient(t, srv), redisstore.Options{})}
-			s := newStore(t, primary, resilient.Options{
+			var store sluice.Store = primary // hides SendCheck: on a worker
+			if tc.path == "sent" {
+				store = sentFailureTimes{primary}
+			}
+			s := newStore(t, store, resilient.Options{
 				OnError: mode, Instances: instances, Timeout: deadline, ProbeInterval: probe, LogInterval: time.Second,
 			})
 			req := func(g, i int) sluice.Request {
@@ -406,6 +417,9 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 					t.Errorf("local: admitted %d, want the global rate / instances: %.1f to %.1f", dn.localAllowed, low, high)
 				}
 			}
+			if n := primary.checks.Load(); (tc.path == "sent") != (n == 0) {
+				t.Errorf("%s: %d checks went to Check", tc.path, n)
+			}
 			rec := l.recovered.Load()
 			if rec == 0 {
 				t.Fatalf("Redis decided nothing within %v of its restart", recoverWait)
@@ -449,19 +463,26 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 // returned.
 type failureTimes struct {
 	sluice.Store
-	mu    sync.Mutex
-	times []int64 // Unix ns
+	checks atomic.Int64 // calls of Check
+	mu     sync.Mutex
+	times  []int64 // Unix ns
 }
 
 func (f *failureTimes) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
+	f.checks.Add(1)
 	res, err := f.Store.Check(ctx, req)
 	if err != nil {
-		now := time.Now().UnixNano()
-		f.mu.Lock()
-		f.times = append(f.times, now)
-		f.mu.Unlock()
+		f.failed()
 	}
 	return res, err
+}
+
+// failed records a failed check, returned now.
+func (f *failureTimes) failed() {
+	now := time.Now().UnixNano()
+	f.mu.Lock()
+	f.times = append(f.times, now)
+	f.mu.Unlock()
 }
 
 // callTimes is a store that remembers when each check began.
@@ -702,8 +723,26 @@ func TestSlowRedisIsAFailedRedis(t *testing.T) {
 		maxWait = 20 * deadline // resilient's default MaxWait
 		sleep   = maxWait + 500*time.Millisecond
 	)
+	for _, path := range []string{"sent", "worker"} {
+		t.Run(path, func(t *testing.T) { slowRedis(t, path, probe, maxWait, sleep) })
+	}
+}
+
+// slowRedis is TestSlowRedisIsAFailedRedis with the checks sent
+// (coalesce.Sender), or on a worker.
+func slowRedis(t *testing.T, path string, probe, maxWait, sleep time.Duration) {
 	srv := redistest.Start(t)
-	s := newStore(t, redisstore.New(redisClient(t, srv), redisstore.Options{}), resilient.Options{
+	st := newCheckCount(t, redisClient(t, srv), redisstore.Options{})
+	var primary sluice.Store = st
+	if path == "worker" {
+		primary = hideSender{st}
+	}
+	defer func() {
+		if n := st.checks.Load(); (path == "sent") != (n == 0) {
+			t.Errorf("%s: %d checks went to Check", path, n)
+		}
+	}()
+	s := newStore(t, primary, resilient.Options{
 		Timeout: deadline, ProbeInterval: probe, MaxWait: maxWait,
 	})
 	rule := []sluice.Rule{{Rate: 100_000, Burst: 100_000}}

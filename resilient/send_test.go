@@ -73,6 +73,30 @@ func (s *sender) Adjust(ctx context.Context, req sluice.Request, delta int64) (s
 	return s.mem.Adjust(ctx, req, delta)
 }
 
+// checkConcurrently checks req each times from each of goroutines, and
+// returns how many were allowed. Each must be decided by the store or its
+// denial cache.
+func checkConcurrently(t *testing.T, s *resilient.Store, req sluice.Request, goroutines, each int) (allowed int64) {
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				res, d, err := s.CheckDecision(ctx, req)
+				if err != nil || (d.Source != resilient.FromStore && d.Source != resilient.FromDenialCache) {
+					t.Errorf("%+v %+v %v", res, d, err)
+					return
+				}
+				if res.Allowed {
+					n.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return n.Load()
+}
+
 // workers counts the resilient layer's worker goroutines.
 func workers() int {
 	buf := make([]byte, 1<<20)
@@ -87,30 +111,14 @@ func TestSentCheckNeedsNoWorker(t *testing.T) {
 	snd.open()
 	s := newStore(t, snd, resilient.Options{Timeout: time.Second})
 	rules := []sluice.Rule{{Rate: 1, Burst: 5}}
-	var wg sync.WaitGroup
-	var allowed atomic.Int64
-	for range 8 {
-		wg.Go(func() {
-			for range 10 {
-				res, d, err := s.CheckDecision(ctx, sluice.Request{Key: "k", Cost: 1, Rules: rules})
-				if err != nil || (d.Source != resilient.FromStore && d.Source != resilient.FromDenialCache) {
-					t.Errorf("%+v %+v %v", res, d, err)
-					return
-				}
-				if res.Allowed {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	allowed := checkConcurrently(t, s, sluice.Request{Key: "k", Cost: 1, Rules: rules}, 8, 10)
 	if n := snd.checks.Load(); n != 0 {
 		t.Errorf("%d checks went to the store's Check on a worker, want all sent", n)
 	}
 	if n := workers(); n != 0 {
 		t.Errorf("%d resilient workers running, want none", n)
 	}
-	if a := allowed.Load(); a < 5 || a > 6 { // burst 5, plus at most a second's refill
+	if a := allowed; a < 5 || a > 6 { // burst 5, plus at most a second's refill
 		t.Errorf("%d of 80 allowed on a bucket of burst 5", a)
 	}
 	// Adjustments still go the worker's way.

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -45,6 +46,16 @@ func (l *leases) pick(req *sluice.Request) sluice.Store {
 
 func (l *leases) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
 	return l.pick(&req).Check(ctx, req)
+}
+
+// SendCheck sends req's check to the Redis store's coalescing queue
+// without waiting for it (coalesce.Sender), when the store it goes to can
+// send: not a leased request's (its lease store decides it on a worker).
+func (l *leases) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
+	if sd, ok := l.pick(&req).(coalesce.Sender); ok {
+		return sd.SendCheck(ctx, req, a)
+	}
+	return nil, false
 }
 
 func (l *leases) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {

@@ -16,6 +16,7 @@
 //   - stall: how long this process was kept from running.
 //   - slowstore: a store whose every call waits first, as on Redis.
 //   - otlptest: an OTLP trace receiver (gRPC or HTTP) on loopback.
+//   - sendtest: checks sent to a coalesce.Sender, their answers awaited.
 //
 // docs/testing.md says how the suite uses them.
 package testkit
