@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/connlimit"
 )
@@ -286,8 +287,14 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // DomainWait. A flood of one domain thus holds its own slots and waits
 // parked, taking neither the CPU nor the store from the other domains,
 // and is refused when the wait would be longer than Envoy waits for an
-// answer. It holds only the domains with calls in flight, so that
-// domains a client makes up cost nothing once their calls end.
+// answer.
+//
+// The domains of the running configuration keep their entries for as
+// long as it defines them, found without a lock (known, read again when
+// source returns another configuration): a call of one takes no lock
+// that calls of other domains take. Any other domain's entry is held,
+// under mu, only while it has calls in flight, so that domains a client
+// makes up cost nothing once their calls end.
 //
 // A domain beyond its share (calls of it waiting for a slot) while
 // another domain was called within the last second is paced: each of its
@@ -303,12 +310,27 @@ type domainSlots struct {
 	max        int
 	wait       time.Duration
 	restFactor int // 0: no pacing
-	mu         sync.Mutex
-	n          map[string]*domain
+	// source returns the running configuration, whose domains are
+	// known; nil: none is.
+	source Source
+	known  atomic.Pointer[knownDomains]
+	mu     sync.Mutex
+	// n holds the entries of the domains that known lacks while they
+	// have calls in flight, under mu.
+	n map[string]*domain
 	// recent holds the last two domains called, each with its last call,
 	// most recent first, so that rest knows whether another domain than
-	// the one paced is being called without a map of every domain.
+	// the one paced is being called without a map of every domain; under
+	// mu. A known domain's calls are recorded at most once every
+	// seenEvery.
 	recent [2]called
+}
+
+// knownDomains are the entries of the domains of one configuration,
+// never changed once stored in domainSlots.known: a reload stores others.
+type knownDomains struct {
+	rls *config.EnvoyRLS // the configuration they were read from
+	m   map[string]*domain
 }
 
 // called is a domain and when it was last called.
@@ -322,27 +344,36 @@ type called struct {
 // whole process.
 const otherDomainWithin = time.Second
 
+// seenEvery is how often at most the calls of a known domain are recorded
+// in domainSlots.recent, under its lock: its record there is at most this
+// much older than its last call.
+const seenEvery = otherDomainWithin / 64
+
+// epoch is what a domain's seenAt counts from (monotonic).
+var epoch = time.Now()
+
 type domain struct {
 	slots chan struct{}
-	// users counts the calls holding or waiting for a slot; it changes
-	// under domainSlots.mu, and rest reads it without.
+	// users counts the calls holding or waiting for a slot; rest reads it.
 	users atomic.Int32
+	// known: the entry is in domainSlots.known, and stays at no users;
+	// changed under domainSlots.mu.
+	known atomic.Bool
+	// seenAt is when a call of a known domain was last recorded in
+	// domainSlots.recent: nanoseconds since epoch, plus one; 0: never.
+	seenAt atomic.Int64
+	// The entries of the domains called at once do not share a cache
+	// line (a domain's object takes 64 bytes, aligned).
+	_ [40]byte
 }
 
 // acquire returns the domain's slot to release, or nil when none came
 // within the wait or before ctx ended.
 func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
-	d.mu.Lock()
-	if d.restFactor > 0 {
-		d.seen(name, time.Now())
-	}
-	dm := d.n[name]
+	dm := d.enterKnown(name)
 	if dm == nil {
-		dm = &domain{slots: make(chan struct{}, d.max)}
-		d.n[name] = dm
+		dm = d.enter(name)
 	}
-	dm.users.Add(1)
-	d.mu.Unlock()
 	select {
 	case dm.slots <- struct{}{}:
 		return dm
@@ -358,6 +389,114 @@ func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
 	}
 	d.leave(name, dm)
 	return nil
+}
+
+// enterKnown counts a call of name in its entry and returns it when the
+// running configuration defines name; else nil. It takes no lock, but
+// when the configuration changed (to learn its domains) and, once every
+// seenEvery, to record the domain as called.
+func (d *domainSlots) enterKnown(name string) *domain {
+	if d.source == nil {
+		return nil
+	}
+	k := d.known.Load()
+	if rls, _ := d.source(); k == nil || k.rls != rls {
+		k = d.learn()
+	}
+	dm := k.m[name]
+	if dm == nil {
+		return nil
+	}
+	dm.users.Add(1)
+	if !dm.known.Load() {
+		// A reload dropped name since k was read: the call is counted
+		// where enter finds name now.
+		d.leave(name, dm)
+		return nil
+	}
+	if d.restFactor > 0 {
+		now := time.Now()
+		at := int64(now.Sub(epoch)) + 1
+		if last := dm.seenAt.Load(); (last == 0 || at-last >= int64(seenEvery)) && dm.seenAt.CompareAndSwap(last, at) {
+			d.mu.Lock()
+			d.seen(name, now)
+			d.mu.Unlock()
+		}
+	}
+	return dm
+}
+
+// enter counts a call of name, which the configuration did not define
+// when enterKnown looked, in its entry, under mu.
+func (d *domainSlots) enter(name string) *domain {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.restFactor > 0 {
+		d.seen(name, time.Now())
+	}
+	dm := d.n[name]
+	if dm == nil {
+		if k := d.known.Load(); k != nil {
+			dm = k.m[name] // a reload defined name since
+		}
+	}
+	if dm == nil {
+		dm = &domain{slots: make(chan struct{}, d.max)}
+		d.n[name] = dm
+	}
+	dm.users.Add(1)
+	return dm
+}
+
+// learn stores the entries of the domains of the configuration source
+// returns, under mu, and returns them. A domain it defines keeps its
+// entry (the previous configuration's, or its entry in n, where it had
+// calls in flight), so that its calls in flight still hold its slots; a
+// domain it no longer defines moves to n while its calls are in flight,
+// there for its next calls, and leaves n with the last of them.
+func (d *domainSlots) learn() *knownDomains {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rls, _ := d.source()
+	old := d.known.Load()
+	if old != nil && old.rls == rls {
+		return old // learnt by another call
+	}
+	next := &knownDomains{rls: rls, m: make(map[string]*domain)}
+	if rls != nil {
+		for name := range rls.Domains() {
+			var dm *domain
+			if old != nil {
+				dm = old.m[name]
+			}
+			if dm == nil {
+				if dm = d.n[name]; dm != nil {
+					delete(d.n, name)
+				}
+			}
+			if dm == nil {
+				dm = &domain{slots: make(chan struct{}, d.max)}
+			}
+			dm.known.Store(true)
+			next.m[name] = dm
+		}
+	}
+	d.known.Store(next)
+	if old != nil {
+		for name, dm := range old.m {
+			if next.m[name] != nil {
+				continue
+			}
+			// A call that counted itself in dm before this sees known
+			// true and is counted in users here; one after sees known
+			// false and goes to n (enterKnown).
+			dm.known.Store(false)
+			if dm.users.Load() > 0 {
+				d.n[name] = dm
+			}
+		}
+	}
+	return next
 }
 
 // seen records a call of name at now, under mu.
@@ -397,12 +536,28 @@ func (d *domainSlots) release(name string, dm *domain) {
 	d.leave(name, dm)
 }
 
+// leave uncounts a call of name from its entry dm, without a lock for a
+// domain the configuration defines; the last call of a domain that known
+// lacks takes its entry out of n, under mu.
 func (d *domainSlots) leave(name string, dm *domain) {
+	if dm.known.Load() {
+		if dm.users.Add(-1) > 0 || dm.known.Load() {
+			return
+		}
+		// Dropped by a reload since: learn moved dm to n, or will find
+		// no users.
+		d.mu.Lock()
+		if dm.users.Load() == 0 && !dm.known.Load() && d.n[name] == dm {
+			delete(d.n, name)
+		}
+		d.mu.Unlock()
+		return
+	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if dm.users.Add(-1) == 0 {
+	if dm.users.Add(-1) == 0 && !dm.known.Load() && d.n[name] == dm {
 		delete(d.n, name)
 	}
+	d.mu.Unlock()
 }
 
 // overCaps says whether r has more than maxDescriptors descriptors or a

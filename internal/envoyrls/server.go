@@ -160,7 +160,7 @@ func New(source Source, opts Options) *Server {
 	}
 	opts.defaultBounds()
 	s := &Server{opts: opts, health: health.NewServer(), perIP: connlimit.NewCounter(opts.MaxStreamsPerIP, opts.IPv6Prefix),
-		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, restFactor: max(opts.BusyDomainRest, 0), n: make(map[string]*domain)}}
+		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, restFactor: max(opts.BusyDomainRest, 0), source: source, n: make(map[string]*domain)}}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, 1<<20))),
