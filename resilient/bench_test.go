@@ -114,11 +114,7 @@ func (failing) Adjust(ctx context.Context, req sluice.Request, delta int64) (slu
 // makes for a store that cannot send, hideSender). cpu-µs/op is this
 // process's CPU time a check, client side.
 func BenchmarkCheckRedis(b *testing.B) {
-	srv := redistest.Start(b)
-	o := srv.Options()
-	o.ContextTimeoutEnabled, o.PoolSize, o.DialerRetries, o.MaxRetries = true, 64, 1, -1
-	client := redis.NewClient(o)
-	defer client.Close()
+	client := benchClient(b)
 	st := redisstore.New(client, redisstore.Options{})
 	defer st.Close()
 	keys := make([]string, 1024)
@@ -129,6 +125,17 @@ func BenchmarkCheckRedis(b *testing.B) {
 	benchPaths(b, st, func(i int64) sluice.Request {
 		return sluice.Request{Key: keys[i&1023], Cost: 1, Rules: wide}
 	})
+}
+
+// benchClient is a client of a redis-server of the benchmark's own, set
+// up as the gateway sets its client up.
+func benchClient(b *testing.B) *redis.Client {
+	srv := redistest.Start(b)
+	o := srv.Options()
+	o.ContextTimeoutEnabled, o.PoolSize, o.DialerRetries, o.MaxRetries = true, 64, 1, -1
+	client := redis.NewClient(o)
+	b.Cleanup(func() { client.Close() })
+	return client
 }
 
 // benchPaths runs benchCallers over st sent and on a worker, by 1, 32 and
@@ -186,11 +193,7 @@ type hideSender struct{ sluice.Store }
 // cannot send). cpu-µs/op is this process's CPU time a check, client
 // side: what the hand-off costs.
 func BenchmarkCheckCounters(b *testing.B) {
-	srv := redistest.Start(b)
-	o := srv.Options()
-	o.ContextTimeoutEnabled, o.PoolSize, o.DialerRetries, o.MaxRetries = true, 64, 1, -1
-	client := redis.NewClient(o)
-	defer client.Close()
+	client := benchClient(b)
 	counters, err := algo.Redis(algo.FixedWindow, client, algo.RedisOptions{})
 	if err != nil {
 		b.Fatal(err)

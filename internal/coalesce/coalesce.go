@@ -129,14 +129,7 @@ func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
 		b.mu.Unlock()
 		return res[0], errs[0]
 	}
-	c := b.pool.Get().(*call[O])
-	c.op, c.res, c.err, c.taken, c.to = o, sluice.Result{}, nil, false, nil
-	c.deadline, _ = ctx.Deadline()
-	b.pending = append(b.pending, c)
-	if b.inFlight < b.maxInFlight {
-		b.inFlight++
-		b.startFlush()
-	}
+	c := b.enqueue(ctx, o, nil)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
@@ -154,9 +147,7 @@ func (b *Batcher[O]) Do(ctx context.Context, o O) (sluice.Result, error) {
 	}
 	// Still queued: withdraw it, so that a check nobody waits for spends
 	// no tokens.
-	if i := slices.Index(b.pending, c); i >= 0 {
-		b.pending = slices.Delete(b.pending, i, i+1)
-	}
+	b.unqueue(c)
 	b.mu.Unlock()
 	b.pool.Put(c)
 	return sluice.Result{}, ctx.Err()
@@ -174,16 +165,30 @@ func (b *Batcher[O]) Send(ctx context.Context, o O, a Answerer) (w Withdrawer) {
 		a.Answer(sluice.Result{}, b.closedErr)
 		return nil
 	}
+	c := b.enqueue(ctx, o, a)
+	b.mu.Unlock()
+	return c
+}
+
+// enqueue queues o, answered through to (nil: through the call's done),
+// with b.mu held, and starts a flusher when a batch slot is free.
+func (b *Batcher[O]) enqueue(ctx context.Context, o O, to Answerer) *call[O] {
 	c := b.pool.Get().(*call[O])
-	c.op, c.res, c.err, c.taken, c.to = o, sluice.Result{}, nil, false, a
+	c.op, c.res, c.err, c.taken, c.to = o, sluice.Result{}, nil, false, to
 	c.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, c)
 	if b.inFlight < b.maxInFlight {
 		b.inFlight++
 		b.startFlush()
 	}
-	b.mu.Unlock()
 	return c
+}
+
+// unqueue takes c, not yet in a batch, out of the queue, with b.mu held.
+func (b *Batcher[O]) unqueue(c *call[O]) {
+	if i := slices.Index(b.pending, c); i >= 0 {
+		b.pending = slices.Delete(b.pending, i, i+1)
+	}
 }
 
 // Withdraw takes c out of the queue and answers it with err when it is
@@ -196,9 +201,7 @@ func (c *call[O]) Withdraw(a Answerer, err error) {
 		b.mu.Unlock()
 		return
 	}
-	if i := slices.Index(b.pending, c); i >= 0 {
-		b.pending = slices.Delete(b.pending, i, i+1)
-	}
+	b.unqueue(c)
 	c.to = nil
 	b.mu.Unlock()
 	b.pool.Put(c)
