@@ -99,16 +99,114 @@ func (s *fixedWindowRedis) splitCounters(ctx context.Context, ops []fwOp, res []
 	return true
 }
 
-// counter is one Redis key of a batch of counter ops.
+// counter is one Redis key of a batch of counter ops, and its commands.
+// A counter and its argument arrays outlive the batch: the next batch
+// that takes it from its counterBatch rewrites them (counterBatch.take).
 type counter struct {
 	key  string
 	sum  int64
 	ttl  int64 // seconds
+	err  error
+	next int64 // the count before the next op, in arrival order
+
 	incr *redis.IntCmd
 	exp  *redis.BoolCmd
 	get  *redis.StringCmd
-	err  error
-	next int64 // the count before the next op, in arrival order
+	// The commands' arguments, handed to go-redis without a copy: no
+	// slice of them is made per batch, and a value boxed for the batch
+	// before is kept when it is the same (rebox).
+	incrArgs, expArgs [3]any
+	getArgs           [2]any
+	keyArg            any
+}
+
+// rebox returns v in an interface: old when it holds v already, since
+// boxing a string, or an integer past 255, allocates.
+func rebox[T comparable](old any, v T) any {
+	if o, ok := old.(T); ok && o == v {
+		return old
+	}
+	return v
+}
+
+// A counterBatch is what sendCounters sends a batch with, taken from
+// s.batches for one batch and given back after it: batches in flight at
+// once (MaxInFlight, a queue per Cluster master) each have their own, and
+// a batch allocates only what a larger batch before it did not.
+//
+// go-redis keeps nothing of a pipeline once its Exec has returned (its
+// Cluster and Ring wait for their per-node sends; a retry sends the same
+// commands again inside Exec), so the next batch may rewrite the
+// commands' arguments, and, on a *redis.Client, the commands themselves
+// (reuse): their value and error are reset before each batch, so that a
+// command the batch does not answer (a hook that skips the send) reads as
+// a new one would, never as the batch before. A Cluster client caches a
+// command's slot in it for good, so there each batch makes its commands
+// anew. A hook that keeps a batch's commands past its return sees them
+// rewritten by the next batch.
+type counterBatch struct {
+	cs    []*counter     // the batch's counters first; the rest kept for later batches
+	n     int            // the batch's counters
+	which []int          // the counter of each op
+	byKey map[string]int // a large batch's counters, by key
+	large bool           // byKey is in use
+	cmds  []redis.Cmder
+	pipe  redis.Pipeliner // kept from batch to batch when it is a *redis.Pipeline
+}
+
+// counterBatches is how many counterBatches a store keeps for its next
+// batches: one per batch in flight at once, in the usual configurations.
+const counterBatches = 8
+
+// takeBatch returns a counterBatch for a batch; giveBatch gives it back.
+func (s *fixedWindowRedis) takeBatch() *counterBatch {
+	select {
+	case b := <-s.batches:
+		return b
+	default:
+		return &counterBatch{}
+	}
+}
+
+func (s *fixedWindowRedis) giveBatch(b *counterBatch) {
+	for _, c := range b.cs[:b.n] {
+		c.err = nil
+		if !s.reuseCmds {
+			c.incr, c.exp, c.get = nil, nil, nil
+		}
+	}
+	clear(b.cmds) // hold on to no command of the batch
+	b.cmds, b.which, b.n = b.cmds[:0], b.which[:0], 0
+	select {
+	case s.batches <- b:
+	default: // more batches in flight than kept: this one goes
+	}
+}
+
+// take returns the batch's counter of key, and whether it is new to the
+// batch.
+func (b *counterBatch) take(key string) (int, bool) {
+	if b.large {
+		if k, ok := b.byKey[key]; ok {
+			return k, false
+		}
+		b.byKey[key] = b.n
+	} else {
+		for k, c := range b.cs[:b.n] {
+			if c.key == key {
+				return k, false
+			}
+		}
+	}
+	if b.n == len(b.cs) {
+		c := &counter{}
+		c.incrArgs[0], c.expArgs[0], c.getArgs[0] = "incrby", "expire", "get"
+		b.cs = append(b.cs, c)
+	}
+	c := b.cs[b.n]
+	b.n++
+	c.key, c.sum, c.err, c.next = key, 0, nil, 0
+	return b.n - 1, true
 }
 
 // sendCounters decides a batch of counter ops in one round trip.
@@ -120,57 +218,69 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		}
 		return
 	}
-	var buf [8]counter
-	cs := buf[:0]
-	var at [16]int
-	which := at[:0]
-	var byKey map[string]int // a large batch's counters, by key
-	if len(ops) > 16 {
-		byKey = make(map[string]int, len(ops))
+	b := s.takeBatch()
+	if b.large = len(ops) > 16; b.large { // a large batch's counters, by key
+		if b.byKey == nil {
+			b.byKey = make(map[string]int, len(ops))
+		}
+		clear(b.byKey)
 	}
 	for _, o := range ops {
-		j := -1
-		if byKey != nil {
-			if k, ok := byKey[o.counter]; ok {
-				j = k
-			}
-		} else {
-			for k := range cs {
-				if cs[k].key == o.counter {
-					j = k
-					break
-				}
-			}
+		j, added := b.take(o.counter)
+		c := b.cs[j]
+		if added {
+			c.ttl = (window(o.rules[0]) + 999_999) / 1e6
 		}
-		if j < 0 {
-			j = len(cs)
-			if byKey != nil {
-				byKey[o.counter] = j
-			}
-			cs = append(cs, counter{key: o.counter, ttl: (window(o.rules[0]) + 999_999) / 1e6})
-		}
-		cs[j].sum = counterAdd(cs[j].sum, o.counted())
-		which = append(which, j)
+		c.sum = counterAdd(c.sum, o.counted())
+		b.which = append(b.which, j)
 	}
-	pipe := s.pipe()
-	for k := range cs {
-		c := &cs[k]
+	cmdCtx := ctx // what a command keeps: nothing of a caller's when kept
+	if s.reuseCmds {
+		cmdCtx = context.Background()
+	}
+	cs := b.cs[:b.n]
+	for _, c := range cs {
+		c.keyArg = rebox(c.keyArg, c.key) // one boxing for both commands
 		if c.sum == 0 {
-			c.get = pipe.Get(ctx, c.key)
+			c.getArgs[1] = c.keyArg
+			if c.get == nil || !s.reuseCmds {
+				c.get = redis.NewStringCmd(cmdCtx, c.getArgs[:]...)
+			} else {
+				c.get.SetVal("")
+				c.get.SetErr(nil)
+			}
+			b.cmds = append(b.cmds, c.get)
 			continue
 		}
 		ttl := c.ttl
 		if s.jitter > 0 {
 			ttl += rand.Int64N(s.jitter)
 		}
-		c.incr = pipe.IncrBy(ctx, c.key, c.sum)
-		c.exp = pipe.Expire(ctx, c.key, time.Duration(ttl)*time.Second)
+		c.incrArgs[1], c.incrArgs[2] = c.keyArg, rebox(c.incrArgs[2], c.sum)
+		c.expArgs[1], c.expArgs[2] = c.keyArg, rebox(c.expArgs[2], expireSeconds(ttl))
+		if c.incr == nil || !s.reuseCmds {
+			c.incr = redis.NewIntCmd(cmdCtx, c.incrArgs[:]...)
+			c.exp = redis.NewBoolCmd(cmdCtx, c.expArgs[:]...)
+		} else {
+			c.incr.SetVal(0)
+			c.incr.SetErr(nil)
+			c.exp.SetVal(false)
+			c.exp.SetErr(nil)
+		}
+		b.cmds = append(b.cmds, c.incr, c.exp)
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for k := range cs {
-		c := &cs[k]
+	pipe := b.pipe
+	if pipe == nil {
+		pipe = s.pipe()
+		if _, ok := pipe.(*redis.Pipeline); ok { // empty again once Exec returns
+			b.pipe = pipe
+		}
+	}
+	_ = pipe.BatchProcess(ctx, b.cmds...) // one append: no growing per command
+	_, _ = pipe.Exec(ctx)                 // each command carries its own error
+	for _, c := range cs {
 		var total int64
-		if c.get != nil {
+		if c.sum == 0 {
 			total, c.err = c.get.Int64()
 			if errors.Is(c.err, redis.Nil) {
 				total, c.err = 0, nil
@@ -187,7 +297,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		c.next = total - c.sum
 	}
 	for i, o := range ops {
-		c := &cs[which[i]]
+		c := cs[b.which[i]]
 		if errs[i] = c.err; c.err != nil {
 			continue
 		}
@@ -199,6 +309,17 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		ts := [1]int64{o.now}
 		res[i], _ = fixedWindowReport(st[:], o.rules, ts[:], after <= r.Burst, o.amount)
 	}
+	s.giveBatch(b) // not when a hook panicked: its pipeline may hold commands
+}
+
+// expireSeconds is the argument of EXPIRE for ttl seconds as go-redis's
+// Expire sends it (ttl*time.Second in whole seconds, at least 1).
+func expireSeconds(ttl int64) int64 {
+	d := time.Duration(ttl) * time.Second
+	if d > 0 && d < time.Second {
+		return 1
+	}
+	return int64(d / time.Second)
 }
 
 // counted is what o adds to its counter: a check's cost, an adjustment's

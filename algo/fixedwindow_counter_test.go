@@ -21,8 +21,15 @@ import (
 // window's start in Unix seconds, with an expiry.
 func TestFixedWindowCountersAgreeWithMemory(t *testing.T) {
 	clients := map[string]redis.Scripter{"server": redistest.Start(t).Client(t)}
+	var masters []*redistest.Server
 	if !testing.Short() {
-		clients["cluster"] = redistest.StartCluster(t, 3, 0).Client(t)
+		cluster := redistest.StartCluster(t, 3, 0)
+		clients["cluster"], masters = cluster.Client(t), cluster.Masters()
+		for _, m := range masters {
+			if err := m.Client(t).ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	rules := [][]sluice.Rule{{{Rate: 1, Burst: 3}}, {{Rate: 7.0 / 60, Burst: 7}}, {{Rate: 10, Burst: 20}, {Rate: 100.0 / 60, Burst: 30}}}
 	for name, client := range clients {
@@ -81,6 +88,20 @@ func TestFixedWindowCountersAgreeWithMemory(t *testing.T) {
 			}
 			if denied == 0 || counters == 0 {
 				t.Fatalf("no denial (%d) or no counter (%d)", denied, counters)
+			}
+			if name != "cluster" {
+				return
+			}
+			// Every command went to its key's master at once: none kept
+			// the slot of a batch before (counterBatch).
+			for _, m := range masters {
+				st, err := m.Client(t).Info(ctx, "errorstats").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(st, "MOVED") {
+					t.Errorf("master %s redirected commands:\n%s", m.Addr(), st)
+				}
 			}
 		})
 	}

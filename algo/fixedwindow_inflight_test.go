@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // pipelineGauge is a go-redis hook that records the most pipelines of
@@ -82,7 +83,8 @@ func TestFixedWindowCountersOneBatchInFlight(t *testing.T) {
 }
 
 // Checks of the same counters from two stores on clients of their own (as
-// two sluice processes would be) and envoyproxy/ratelimit's own pipelined
+// two sluice processes would be; one with a batch in flight at a time, the
+// default, one with several) and envoyproxy/ratelimit's own pipelined
 // INCRBY and EXPIRE, all at once, count every hit exactly, and leave no
 // counter without an expiry of at most the window and the jitter.
 func TestFixedWindowCountersExactAndExpiringAcrossClients(t *testing.T) {
@@ -102,8 +104,12 @@ func TestFixedWindowCountersExactAndExpiringAcrossClients(t *testing.T) {
 		return cl
 	}
 	var stores []sluice.Store
-	for range 2 {
-		rs, err := Redis(FixedWindow, client(), RedisOptions{Now: c.Now, ExpiryJitter: jitter * time.Second})
+	for i := range 2 {
+		opts := RedisOptions{Now: c.Now, ExpiryJitter: jitter * time.Second}
+		if i == 1 { // batches on their way at once, each with its own commands (counterBatch)
+			opts.Coalesce = &redisstore.Coalesce{MaxInFlight: 4}
+		}
+		rs, err := Redis(FixedWindow, client(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}

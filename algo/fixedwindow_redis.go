@@ -47,17 +47,21 @@ type fixedWindowRedis struct {
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
 
 	// The counters of sluice.Request.WindowKey (fixedwindow_counter.go).
-	pipe   func() redis.Pipeliner // nil: the client cannot send them
-	jitter int64                  // RedisOptions.ExpiryJitter, in seconds
+	pipe      func() redis.Pipeliner // nil: the client cannot send them
+	jitter    int64                  // RedisOptions.ExpiryJitter, in seconds
+	batches   chan *counterBatch     // kept for the next batches (counterBatch)
+	reuseCmds bool                   // a batch reuses the commands of one before it: a *redis.Client
 }
 
 func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions, marginMs int64) *fixedWindowRedis {
 	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs, jitter: int64(opts.ExpiryJitter / time.Second)}
 	if c, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
 		s.pipe = c.Pipeline
+		s.batches = make(chan *counterBatch, counterBatches)
 	}
 	switch c := client.(type) {
 	case *redis.Client: // one server (or a Sentinel's master): a batch is one call
+		s.reuseCmds = true
 	case interface{ Pipeline() redis.Pipeliner }: // a Cluster, a ring, a wrapped client
 		s.bySlot, s.pipeline = true, c.Pipeline
 	default:
