@@ -291,7 +291,11 @@ func TestStreamCountsGivenBackOnce(t *testing.T) {
 						defer handlers.Done()
 						defer o.st.ended()
 						reading(ctx)
-						<-ctx.Done()
+						select {
+						case <-ctx.Done():
+						case <-time.After(time.Minute):
+							t.Error("a silent stream's read went on a minute: no cut ended it")
+						}
 						_ = received(ctx, ctx.Err())
 					}()
 				case 6: // the message comes about when the cut is due
