@@ -38,6 +38,34 @@ func BenchmarkStreamGuard(b *testing.B) {
 	}
 }
 
+// BenchmarkStreamGuardBusyAddress is BenchmarkStreamGuard from an address
+// that holds another stream open meanwhile, as Envoy's few addresses do:
+// its count is found, not made and retired, each call.
+func BenchmarkStreamGuardBusyAddress(b *testing.B) {
+	s := New(nil, Options{})
+	s.opts.FirstMessageTimeout = time.Minute
+	base := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5}})
+	info := &tap.Info{FullMethodName: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
+	open, cancelOpen := context.WithCancel(base)
+	defer cancelOpen()
+	held, err := s.tap(open, info)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer held.Value(streamKey{}).(*stream).ended()
+	b.ReportAllocs()
+	for b.Loop() {
+		parent, cancel := context.WithCancel(base)
+		ctx, err := s.tap(parent, info)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = received(ctx, nil)
+		ctx.Value(streamKey{}).(*stream).ended()
+		cancel()
+	}
+}
+
 // BenchmarkDomainSlots is a call's per-domain slot, taken and given back
 // (domainSlots.acquire, release), by 16 callers a CPU, as many as the
 // default slots of a domain, so that none waits: what is measured is the
