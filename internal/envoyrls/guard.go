@@ -42,8 +42,9 @@ import (
 // return (ended), its cut, and, for a stream whose transport ends first
 // (the client reset it, or the connection closed), the next sweep, or at
 // once (a context.AfterFunc) where no handler of ours may run to give
-// them back (slowPath). A stream costs one allocation (the stream) and
-// no timer: Envoy opens one per call.
+// them back (slowPath). A stream costs one allocation (the stream; three
+// more where its address holds nothing else, for its count) and no timer
+// of its own: Envoy opens one per call.
 
 // stream is what the guard keeps of one open stream. It is also the
 // stream's context: gRPC's, whose end is the stream's end, with the
