@@ -254,6 +254,10 @@ type sweeper struct {
 
 	mu   sync.Mutex // one sweep at a time
 	kept *stream    // open at the last sweep, under mu
+
+	// stopping, when set (by a test), runs as a sweep that found no
+	// stream open is about to stop the timer.
+	stopping atomic.Pointer[func()]
 }
 
 // sweepEvery is the interval of the server's sweeps: FirstMessageTimeout/8,
@@ -311,6 +315,9 @@ func (w *sweeper) sweep() {
 	if keep != nil {
 		w.timer.Reset(w.every())
 		return
+	}
+	if f := w.stopping.Load(); f != nil {
+		(*f)()
 	}
 	w.armed.Store(false)
 	// A push after the Swap above saw armed set, and left the timer.

@@ -359,3 +359,36 @@ func TestStreamCountsGivenBackOnce(t *testing.T) {
 	}
 	t.Logf("%d streams: %d answered, %d cut", streams, answered, cuts)
 }
+
+// The sweeper's timer runs only while it has streams: it stops when a
+// sweep finds none open, and the next push sets it again. A stream pushed
+// as a sweep stops the timer (after it took the streams pushed, before it
+// says the timer is stopped: the push sees it set, and leaves it) is
+// still cut.
+func TestSweeperStopsAndRestarts(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	g := newGuardServer(t, timeout, 16, 16)
+	pushed := make(chan *stream, 1)
+	stopping := func() {
+		ctx, err := g.tap(peer.NewContext(context.Background(), &peer.Peer{Addr: guardPeer}), &tap.Info{FullMethodName: served})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		pushed <- ctx.Value(streamKey{}).(*stream)
+	}
+	g.sweeper.stopping.Store(&stopping)
+	answered, _, cancel := g.open(t, served, time.Time{})
+	defer cancel()
+	_ = handle(answered, nil) // the next sweep finds no stream open
+	var st *stream
+	select {
+	case st = <-pushed:
+	case <-time.After(time.Minute):
+		t.Fatal("no sweep stopped the timer within a minute")
+	}
+	g.sweeper.stopping.Store(nil)
+	if !waitFor(func() bool { return st.state.Load() == cut }) {
+		t.Fatal("a silent stream pushed as a sweep stopped the timer was not cut within a minute")
+	}
+}
