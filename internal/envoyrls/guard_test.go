@@ -392,3 +392,25 @@ func TestSweeperStopsAndRestarts(t *testing.T) {
 		t.Fatal("a silent stream pushed as a sweep stopped the timer was not cut within a minute")
 	}
 }
+
+// Health checks are never counted in flight: at max_in_flight a health
+// check is still admitted, counted for its address alone, and given back
+// at its end like any stream; a call beyond the bound is refused.
+func TestHealthChecksNotCountedInFlight(t *testing.T) {
+	g := newGuardServer(t, time.Minute, 16, 1)
+	call, _, cancel1 := g.open(t, served, time.Time{})
+	defer cancel1()
+	health, _, cancel2 := g.open(t, "/grpc.health.v1.Health/Check", time.Time{})
+	defer cancel2()
+	if f, ip := g.held(); f != 1 || ip != 2 {
+		t.Fatalf("a call and a health check open: %d in flight, %d held by the address; want 1, 2", f, ip)
+	}
+	if _, err := g.tap(peer.NewContext(context.Background(), &peer.Peer{Addr: guardPeer}), &tap.Info{FullMethodName: served}); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call beyond max_in_flight: %v; want UNAVAILABLE", err)
+	}
+	_ = handle(health, nil)
+	_ = handle(call, nil)
+	if f, ip := g.held(); f != 0 || ip != 0 {
+		t.Errorf("after both ended: %d in flight, %d held by the address; want 0, 0", f, ip)
+	}
+}
