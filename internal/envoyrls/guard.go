@@ -31,7 +31,7 @@ import (
 //     their message count too, and starts the FirstMessageTimeout;
 //   - a stream whose message has not arrived by then is cut
 //     (DEADLINE_EXCEEDED), by the server's sweeper (sweeper), up to one
-//     sweep interval (sweepEvery: FirstMessageTimeout/8, at most 100ms)
+//     sweep interval (sweepEvery: FirstMessageTimeout/8, at most 25ms)
 //     late;
 //   - bound, once the message is read, refuses a call beyond
 //     MaxDescriptors or MaxEntries (INVALID_ARGUMENT), and lets it wait
@@ -261,9 +261,12 @@ type sweeper struct {
 }
 
 // sweepEvery is the interval of the server's sweeps: FirstMessageTimeout/8,
-// between 1ms and 100ms.
+// between 1ms and 25ms. A stream is kept up to one interval after its end
+// (and what it holds of gRPC's stream with it: about 3 MB of heap at 20,000
+// calls a second, at 100ms), and each sweep walks the streams open: 40 a
+// second cost nothing next to the calls.
 func (s *Server) sweepEvery() time.Duration {
-	return min(max(s.opts.FirstMessageTimeout/8, time.Millisecond), 100*time.Millisecond)
+	return min(max(s.opts.FirstMessageTimeout/8, time.Millisecond), 25*time.Millisecond)
 }
 
 func (w *sweeper) init(every func() time.Duration) {
