@@ -34,8 +34,14 @@ type Counter struct {
 }
 
 // slot is one address's count; dead (-1) once retired from the map, so
-// that an Acquire that loaded it before takes a fresh one.
-type slot struct{ n atomic.Int64 }
+// that an Acquire that loaded it before takes a fresh one. key is the
+// address boxed for the map, once for the slot's life: a netip.Addr boxed
+// allocates, and Hold and Release on an address that holds something
+// then box nothing.
+type slot struct {
+	n   atomic.Int64
+	key any
+}
 
 const dead = -1
 
@@ -50,33 +56,44 @@ func NewCounter(max, ipv6Bits int) *Counter {
 // counted is false when remote has no IP address (a Unix socket), which
 // is not counted and needs no Release.
 func (c *Counter) Acquire(remote net.Addr) (key netip.Addr, counted, ok bool) {
-	h, counted, ok := c.Hold(remote)
-	return h.addr, counted, ok
+	key, _, counted, ok = c.hold(remote)
+	return key, counted, ok
 }
 
 // Held is one count that Hold took; its Release gives it back without
 // looking the address up again.
 type Held struct {
-	c    *Counter
-	addr netip.Addr
-	key  any // addr, boxed once: a netip.Addr boxed for the map allocates
-	sl   *slot
+	c  *Counter
+	sl *slot
 }
 
 // Hold is Acquire returning the count it took as a Held, whose Release
-// costs no allocation (the gRPC listener counts every stream). It gives
-// the same guarantees: ok is false when the address already holds max,
-// counted is false when remote has no IP address (nothing to release).
+// costs no allocation (the gRPC listener counts every stream); nor does
+// Hold, when the address already holds something. It gives the same
+// guarantees: ok is false when the address already holds max, counted is
+// false when remote has no IP address (nothing to release).
 func (c *Counter) Hold(remote net.Addr) (h Held, counted, ok bool) {
-	a, counted := c.client(remote)
-	if !counted {
-		return Held{}, false, true
+	_, sl, counted, ok := c.hold(remote)
+	if sl == nil {
+		return Held{}, counted, ok
 	}
-	key := any(a)
+	return Held{c: c, sl: sl}, true, true
+}
+
+// hold counts one more for the address of remote in its slot, and
+// returns both; sl is nil when nothing was counted.
+func (c *Counter) hold(remote net.Addr) (a netip.Addr, sl *slot, counted, ok bool) {
+	a, counted = c.client(remote)
+	if !counted {
+		return a, nil, false, true
+	}
 	for {
-		v, loaded := c.open.Load(key)
+		// The key boxed here does not escape (sync.Map's Load keeps no
+		// reference to it): only a new slot boxes one to keep.
+		v, loaded := c.open.Load(any(a))
 		if !loaded {
-			v, _ = c.open.LoadOrStore(key, new(slot))
+			fresh := &slot{key: any(a)}
+			v, _ = c.open.LoadOrStore(fresh.key, fresh)
 		}
 		sl := v.(*slot)
 		for {
@@ -85,10 +102,10 @@ func (c *Counter) Hold(remote net.Addr) (h Held, counted, ok bool) {
 				break // retired: take the map's next slot
 			}
 			if n >= int64(c.max) {
-				return Held{addr: a}, true, false
+				return a, nil, true, false
 			}
 			if sl.n.CompareAndSwap(n, n+1) {
-				return Held{c: c, addr: a, key: key, sl: sl}, true, true
+				return a, sl, true, true
 			}
 		}
 	}
@@ -100,7 +117,7 @@ func (c *Counter) Release(key netip.Addr) {
 	if !ok {
 		return // not counted: nothing to give back
 	}
-	c.release(key, v.(*slot))
+	c.release(v.(*slot))
 }
 
 // Release gives back the count h holds; call it once. The slot it
@@ -109,18 +126,18 @@ func (c *Counter) Release(key netip.Addr) {
 // A Held that holds nothing (not counted, or refused) releases nothing.
 func (h Held) Release() {
 	if h.sl != nil {
-		h.c.release(h.key, h.sl)
+		h.c.release(h.sl)
 	}
 }
 
-func (c *Counter) release(key any, sl *slot) {
+func (c *Counter) release(sl *slot) {
 	if sl.n.Add(-1) > 0 {
 		return
 	}
 	// At zero, retire the slot unless an Acquire got in first; one that
 	// loaded it and finds it dead takes a new one from the map.
 	if sl.n.CompareAndSwap(0, dead) {
-		c.open.CompareAndDelete(key, sl)
+		c.open.CompareAndDelete(sl.key, sl)
 	}
 }
 

@@ -30,26 +30,43 @@ import (
 //     counting a stream from its headers, so that streams that never send
 //     their message count too, and starts the FirstMessageTimeout;
 //   - a stream whose message has not arrived by then is cut
-//     (DEADLINE_EXCEEDED);
+//     (DEADLINE_EXCEEDED), by the server's sweeper (sweeper), up to one
+//     sweep interval (sweepEvery: FirstMessageTimeout/8, at most 25ms)
+//     late;
 //   - bound, once the message is read, refuses a call beyond
 //     MaxDescriptors or MaxEntries (INVALID_ARGUMENT), and lets it wait
 //     up to DomainWait for one of its domain's MaxInFlightPerDomain
 //     slots (RESOURCE_EXHAUSTED after), before it reaches the store.
+//
+// A stream's counts are given back once, by the first of: its handler's
+// return (ended), its cut, and, for a stream whose transport ends first
+// (the client reset it, or the connection closed), the next sweep, or at
+// once (a context.AfterFunc) where no handler of ours may run to give
+// them back (slowPath). A stream costs one allocation (the stream; three
+// more where its address holds nothing else, for its count) and no timer
+// of its own: Envoy opens one per call.
 
 // stream is what the guard keeps of one open stream. It is also the
-// stream's context (the cancellable one tap derives, with the stream as
-// its streamKey value), which spares a context.WithValue a stream.
+// stream's context: gRPC's, whose end is the stream's end, with the
+// stream as its streamKey value, which spares a context.WithValue a
+// stream. It derives no cancellable context of its own: a cut ends the
+// stream through gRPC (writeCut), which cancels gRPC's context.
 type stream struct {
 	context.Context
 	s        *Server
 	ip       connlimit.Held // counted in perIP, when it holds a count
 	inFlight bool           // counted in inFlight (health checks are not)
-	init     sync.Mutex     // held while timer and stop are set; the callbacks may run before
-	timer    *time.Timer
-	cancel   context.CancelCauseFunc
-	stop     func() bool  // stops the release at the context's end
-	state    atomic.Int32 // waiting, arrived or cut
-	once     sync.Once
+	state    atomic.Int32   // waiting, arrived, cut or gone
+	released atomic.Bool
+	// deadline is when the stream is cut if its message has not arrived:
+	// nanoseconds since epoch (monotonic).
+	deadline int64
+	// next links the stream in the sweeper's lists: set before the stream
+	// is pushed, then by the sweeper alone.
+	next *stream
+	// stop stops the release at the transport's end, on the slow path
+	// alone; set before the stream is pushed.
+	stop func() bool
 	// writer writes the stream's status, once a goroutine reads the
 	// stream (gRPC's transport stream; see reading).
 	writer atomic.Value // statusWriter
@@ -61,24 +78,30 @@ type stream struct {
 // statusWriter is what gRPC's transport stream offers to end a stream
 // with a status. A read that fails writes its own status (context
 // canceled) before the handler can say why, so a cut stream is ended
-// with its status first, and its context cancelled after.
+// with its status first; gRPC cancels its context as it writes it.
 type statusWriter interface {
 	WriteStatus(*status.Status) error
 }
 
 const (
 	waiting int32 = iota
-	arrived
-	cut
+	arrived       // the message was read
+	cut           // no message within FirstMessageTimeout
+	gone          // given back before its message was read
 )
 
 type streamKey struct{}
+
+// slowPathWithin is how close a stream's own deadline (grpc-timeout) may
+// be for it to take the slow path: gRPC ends, without running a handler,
+// a stream whose deadline passed by the time tap returns.
+const slowPathWithin = 10 * time.Millisecond
 
 // tap admits a new stream, or refuses it before gRPC starts a goroutine
 // for it. It runs on the connection's reader with the transport's lock
 // held: nothing in it blocks.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	st := &stream{s: s}
+	st := &stream{Context: ctx, s: s}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		held, _, ok := s.perIP.Hold(p.Addr)
 		if !ok {
@@ -90,23 +113,35 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	if !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") { // health checks always pass
 		if s.inFlight.Add(1) > int64(s.opts.MaxInFlight) {
 			s.inFlight.Add(-1)
-			st.releaseIP()
+			st.ip.Release()
 			s.opts.Rejected("in_flight")
 			return nil, errInFlight
 		}
 		st.inFlight = true
 	}
-	st.Context, st.cancel = context.WithCancelCause(ctx)
-	st.init.Lock()
-	defer st.init.Unlock()
-	st.timer = time.AfterFunc(s.opts.FirstMessageTimeout, st.expire)
-	// The handler releases the stream when it returns (ended); this is for
-	// a stream that no handler of ours reads (an unknown method). It waits
-	// on the transport's context, not on ours: ours ends when that one
-	// does or when expire cuts the stream, which stops this and releases
-	// itself; and ours, with no children, needs no map of them.
-	st.stop = context.AfterFunc(ctx, st.release)
+	now := time.Now()
+	st.deadline = int64(now.Sub(epoch) + s.opts.FirstMessageTimeout)
+	if s.slowPath(ctx, info, now) {
+		st.stop = context.AfterFunc(ctx, st.release)
+	}
+	s.sweeper.push(st)
 	return st, nil
+}
+
+// slowPath says whether a stream may end with no handler of ours to give
+// back its counts: a method we do not serve (gRPC answers UNIMPLEMENTED),
+// or a deadline so close that gRPC may end the stream before it runs a
+// handler. Such a stream is released at its transport's end, at once,
+// through a context.AfterFunc (four allocations), rather than at the next
+// sweep, so that a client calling them in turn is not refused for what
+// it no longer holds. Any other stream has a handler, which releases it
+// when it returns.
+func (s *Server) slowPath(ctx context.Context, info *tap.Info, now time.Time) bool {
+	if !s.served[info.FullMethodName] {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && d.Sub(now) < slowPathWithin
 }
 
 // Value returns the stream for streamKey, and the values of the context
@@ -126,51 +161,48 @@ var errInFlight = status.Error(codes.Unavailable, "sluice is serving as many cal
 // expire cuts the stream if its message has not arrived.
 func (st *stream) expire() {
 	if st.state.CompareAndSwap(waiting, cut) {
-		st.stopRelease() // released below, not by a goroutine of its own
 		st.s.opts.Rejected("first_message_timeout")
 		if w, ok := st.writer.Load().(statusWriter); ok {
 			st.writeCut(w)
 		}
-		st.cancel(context.DeadlineExceeded)
 		st.ended()
 	}
 }
 
+// writeCut ends the stream with the cut's status; gRPC cancels the
+// stream's context as it does, which ends a read that waits.
 func (st *stream) writeCut(w statusWriter) {
 	_ = w.WriteStatus(status.Newf(codes.DeadlineExceeded, "sluice: no request message within %v of the call's headers (envoy_rls.first_message_timeout); the stream is closed", st.s.opts.FirstMessageTimeout))
 }
 
-func (st *stream) stopRelease() {
-	st.init.Lock()
-	defer st.init.Unlock()
-	st.stop()
-}
-
-func (st *stream) stopTimer() {
-	st.init.Lock()
-	defer st.init.Unlock()
-	st.timer.Stop()
-}
-
 // ended releases the stream once its handler returned or it was cut.
 func (st *stream) ended() {
-	st.stopRelease()
+	if st.stop != nil {
+		st.stop()
+	}
 	st.release()
 }
 
 // release gives back what the stream held, once.
 func (st *stream) release() {
-	st.once.Do(func() {
-		st.stopTimer()
-		if st.inFlight {
-			st.s.inFlight.Add(-1)
-		}
-		st.releaseIP()
-	})
+	if !st.released.CompareAndSwap(false, true) {
+		return
+	}
+	st.state.CompareAndSwap(waiting, gone)
+	if st.inFlight {
+		st.s.inFlight.Add(-1)
+	}
+	st.ip.Release()
 }
 
-func (st *stream) releaseIP() {
-	st.ip.Release()
+// transportEnded says whether gRPC ended the stream.
+func (st *stream) transportEnded() bool {
+	select {
+	case <-st.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // reading is called before a handler reads the stream's message: the
@@ -188,20 +220,122 @@ func reading(ctx context.Context) {
 	}
 }
 
-// received records that the stream's message was read, when err is nil.
+// received records that the stream's message was read, when err is nil;
+// a message read once the stream was cut is not served.
 func received(ctx context.Context, err error) error {
-	if st, _ := ctx.Value(streamKey{}).(*stream); st != nil && err == nil && st.state.CompareAndSwap(waiting, arrived) {
-		st.stopTimer()
+	st, _ := ctx.Value(streamKey{}).(*stream)
+	if st == nil || err != nil || st.state.CompareAndSwap(waiting, arrived) {
+		return err
 	}
-	return err
+	if st.state.Load() == cut {
+		return errCut
+	}
+	return nil
+}
+
+var errCut = status.Error(codes.DeadlineExceeded, "sluice: the request message came after envoy_rls.first_message_timeout; the stream was closed")
+
+// sweeper cuts the streams whose message has not arrived within
+// FirstMessageTimeout, and releases those whose transport ended (see
+// stream), with one timer for all streams where each had its own: a
+// stream costs tap an atomic push, and no timer to set and stop. The
+// timer runs while streams are open, every sweepEvery, so that a cut is
+// at most that late.
+//
+// Streams are pushed onto a lock-free list (head); each sweep takes that
+// list and walks it with the streams it kept, keeping those still open.
+// A stream that has been released is dropped at the next sweep: the
+// streams kept are those open and those released within one interval.
+type sweeper struct {
+	head  atomic.Pointer[stream] // pushed since the last sweep, newest first
+	armed atomic.Bool            // the timer is set, or a sweep runs
+	timer *time.Timer
+	every func() time.Duration
+
+	mu   sync.Mutex // one sweep at a time
+	kept *stream    // open at the last sweep, under mu
+
+	// stopping, when set (by a test), runs as a sweep that found no
+	// stream open is about to stop the timer.
+	stopping atomic.Pointer[func()]
+}
+
+// sweepEvery is the interval of the server's sweeps: FirstMessageTimeout/8,
+// between 1ms and 25ms. A stream is kept up to one interval after its end
+// (and what it holds of gRPC's stream with it: about 3 MB of heap at 20,000
+// calls a second, at 100ms), and each sweep walks the streams open: 40 a
+// second cost nothing next to the calls.
+func (s *Server) sweepEvery() time.Duration {
+	return min(max(s.opts.FirstMessageTimeout/8, time.Millisecond), 25*time.Millisecond)
+}
+
+func (w *sweeper) init(every func() time.Duration) {
+	w.every = every
+	w.timer = time.AfterFunc(time.Hour, w.sweep)
+	w.timer.Stop()
+}
+
+// push adds st to the streams swept, and sets the timer unless it is.
+func (w *sweeper) push(st *stream) {
+	for {
+		old := w.head.Load()
+		st.next = old
+		if w.head.CompareAndSwap(old, st) {
+			break
+		}
+	}
+	if !w.armed.Load() && w.armed.CompareAndSwap(false, true) {
+		w.timer.Reset(w.every())
+	}
+}
+
+// sweep cuts the streams past their deadline, releases those whose
+// transport ended, and keeps the others; it sets the timer again while
+// any is kept or pushed.
+func (w *sweeper) sweep() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := int64(time.Since(epoch))
+	var keep *stream
+	for _, list := range [2]*stream{w.head.Swap(nil), w.kept} {
+		for st := list; st != nil; {
+			next := st.next
+			st.next = nil
+			switch {
+			case st.released.Load():
+			case st.state.Load() == waiting && now >= st.deadline:
+				st.expire()
+			case st.transportEnded():
+				st.release()
+			default:
+				st.next = keep
+				keep = st
+			}
+			st = next
+		}
+	}
+	w.kept = keep
+	if keep != nil {
+		w.timer.Reset(w.every())
+		return
+	}
+	if f := w.stopping.Load(); f != nil {
+		(*f)()
+	}
+	w.armed.Store(false)
+	// A push after the Swap above saw armed set, and left the timer.
+	if w.head.Load() != nil && w.armed.CompareAndSwap(false, true) {
+		w.timer.Reset(w.every())
+	}
 }
 
 // guarded returns sd with every method's first message read through
-// reading and received.
+// reading and received, and notes its methods as served.
 func (s *Server) guarded(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
 	out := *sd
 	out.Methods = make([]grpc.MethodDesc, len(sd.Methods))
 	for i, m := range sd.Methods {
+		s.served["/"+sd.ServiceName+"/"+m.MethodName] = true
 		h := m.Handler
 		m.Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			if st, _ := ctx.Value(streamKey{}).(*stream); st != nil {
@@ -216,6 +350,7 @@ func (s *Server) guarded(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
 	}
 	out.Streams = make([]grpc.StreamDesc, len(sd.Streams))
 	for i, d := range sd.Streams {
+		s.served["/"+sd.ServiceName+"/"+d.StreamName] = true
 		h := d.Handler
 		d.Handler = func(srv any, ss grpc.ServerStream) error {
 			if st, _ := ss.Context().Value(streamKey{}).(*stream); st != nil {

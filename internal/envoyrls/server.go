@@ -123,6 +123,10 @@ type Server struct {
 	inFlight atomic.Int64 // streams open, from their headers; health checks aside
 	perIP    *connlimit.Counter
 	domains  domainSlots
+	sweeper  sweeper
+	// served holds the full names of the methods of our handlers (guarded);
+	// a stream of any other takes tap's slow path.
+	served map[string]bool
 }
 
 // ServiceName is the full name of Envoy's rate limit service, as the
@@ -160,7 +164,9 @@ func New(source Source, opts Options) *Server {
 	}
 	opts.defaultBounds()
 	s := &Server{opts: opts, health: health.NewServer(), perIP: connlimit.NewCounter(opts.MaxStreamsPerIP, opts.IPv6Prefix),
-		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, restFactor: max(opts.BusyDomainRest, 0), source: source, n: make(map[string]*domain)}}
+		domains: domainSlots{max: opts.MaxInFlightPerDomain, wait: opts.DomainWait, restFactor: max(opts.BusyDomainRest, 0), source: source, n: make(map[string]*domain)},
+		served:  make(map[string]bool)}
+	s.sweeper.init(s.sweepEvery)
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, 1<<20))),
