@@ -203,9 +203,16 @@ func TestDecideOneIsDecide(t *testing.T) {
 		general := []Bucket{b, b}
 		want := Decide(general, []Rule{r, r}, now, cost, delay)
 		one := b
-		got := decideOne(&one, r, now, cost, delay)
+		// decideOne writes every field: none of these may survive.
+		got := Result{Rule: 3, Remaining: -1, RetryAfter: -1, ResetAfter: -1, Delay: -1, DecidedBy: ByOpen}
+		decideOne(&got, &one, r, now, cost, delay)
 		if got != want || one != general[0] {
 			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v:\none  %+v %+v\nloop %+v %+v", r, b, now, cost, delay, got, one, want, general[0])
+		}
+		// And Decide of the one rule, the stores' way in, takes that path.
+		alone := []Bucket{b}
+		if got := Decide(alone, []Rule{r}, now, cost, delay); got != want || alone[0] != general[0] {
+			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v: Decide of one rule %+v %+v, loop %+v %+v", r, b, now, cost, delay, got, alone[0], want, general[0])
 		}
 	}
 }
