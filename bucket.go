@@ -102,17 +102,24 @@ func refill(b Bucket, r Rule, now int64) float64 {
 // taken from every bucket, else from none. The refill and the time of it
 // are recorded either way, and Last never moves backwards.
 func Decide(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) (res Result) {
-	if len(rules) == 0 || len(buckets) < len(rules) {
-		return Result{}
+	DecideInto(&res, buckets, rules, now, cost, maxDelay)
+	return res
+}
+
+// DecideInto is Decide writing the Result to *res, for a store's hot
+// path: a Result that a call returns by value is stored field by field
+// and then moved 16 bytes at a time, a copy that stalls the processor
+// about as long as hashing a key takes (memstore's check of a hot key
+// decides through DecideInto for that). Every field of *res is written.
+func DecideInto(res *Result, buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) {
+	switch {
+	case len(rules) == 0 || len(buckets) < len(rules):
+		*res = Result{}
+	case len(rules) == 1 && rules[0].Period == Rolling:
+		decideOne(res, &buckets[0], rules[0], now, cost, maxDelay)
+	default:
+		*res = decideMany(buckets, rules, now, cost, maxDelay)
 	}
-	if len(rules) == 1 && rules[0].Period == Rolling {
-		// decideOne writes the result where Decide returns it from: a
-		// Result returned by value, or copied once more, is stored field
-		// by field and then moved 16 bytes at a time, a copy that stalls.
-		decideOne(&res, &buckets[0], rules[0], now, cost, maxDelay)
-		return res
-	}
-	return decideMany(buckets, rules, now, cost, maxDelay)
 }
 
 func decideMany(buckets []Bucket, rules []Rule, now, cost int64, maxDelay time.Duration) Result {

@@ -167,16 +167,14 @@ func (s *Store) CheckAt(req sluice.Request, now int64) (res sluice.Result) {
 }
 
 // checkAt is CheckAt through pointers: the request is not copied again,
-// and the result is written where the caller returns it from. A Result
-// returned by value through one more frame costs a copy that stalls (the
-// compiler stores it field by field, then moves it 16 bytes at a time),
-// which on the check of a hot key is a cost the size of the hash.
+// and the result is written where the caller returns it from (see
+// sluice.DecideInto for why).
 func (s *Store) checkAt(res *sluice.Result, req *sluice.Request, now int64) {
 	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h>>56&s.mask]
 	if len(req.Rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
-			*res = sluice.Decide(sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
+			sluice.DecideInto(res, sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
 			sl.fullAt = after(asOf(sl.b[:], req.Rules, now), res.ResetAfter)
 			sl.unlock()
 			return
@@ -191,7 +189,7 @@ func (sh *shard) checkLocked(res *sluice.Result, s *Store, h uint64, req *sluice
 	sh.mu.Lock()
 	sl := sh.entry(s, h, req.Rules, now)
 	b := sh.t.buckets(sl)
-	*res = sluice.Decide(b, req.Rules, now, req.Cost, req.MaxDelay)
+	sluice.DecideInto(res, b, req.Rules, now, req.Cost, req.MaxDelay)
 	sl.fullAt = fullAt(b, req.Rules, now, *res)
 	sl.unlock()
 	sh.mu.Unlock()
