@@ -147,8 +147,9 @@ func (s *Store) Check(_ context.Context, req sluice.Request) (res sluice.Result,
 	return res, nil
 }
 
-// now is the store's time in Unix µs. The clock is read inline: on the
-// check of a hot key by one caller, the clock is the largest single cost.
+// now is the store's time in Unix µs. The Clock's read is inlined here,
+// not called through a func value: on the check of a hot key by one
+// caller, reading the clock is the largest single cost.
 func (s *Store) now() int64 {
 	if s.fake != nil {
 		return s.fake()
