@@ -203,9 +203,18 @@ func TestDecideOneIsDecide(t *testing.T) {
 		general := []Bucket{b, b}
 		want := Decide(general, []Rule{r, r}, now, cost, delay)
 		one := b
-		got := decideOne(&one, r, now, cost, delay)
+		// decideOne writes every field: none of these may survive.
+		got := Result{Rule: 3, Remaining: -1, RetryAfter: -1, ResetAfter: -1, Delay: -1, DecidedBy: ByOpen}
+		decideOne(&got, &one, r, now, cost, delay)
 		if got != want || one != general[0] {
 			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v:\none  %+v %+v\nloop %+v %+v", r, b, now, cost, delay, got, one, want, general[0])
+		}
+		// And DecideInto of the one rule, the stores' way in, takes that
+		// path, over whatever *res held.
+		alone := []Bucket{b}
+		got = Result{Rule: 3, Remaining: -1, RetryAfter: -1, ResetAfter: -1, Delay: -1, DecidedBy: ByOpen}
+		if DecideInto(&got, alone, []Rule{r}, now, cost, delay); got != want || alone[0] != general[0] {
+			t.Fatalf("rule %v, bucket %+v, now %d, cost %d, delay %v: DecideInto of one rule %+v %+v, loop %+v %+v", r, b, now, cost, delay, got, alone[0], want, general[0])
 		}
 	}
 }
@@ -240,5 +249,28 @@ func TestRoundingIsMathCeilAndFloor(t *testing.T) {
 		check(x)
 		check(math.Round(x))
 		check(math.Nextafter(math.Round(x), 0))
+	}
+}
+
+// DecideInto writes every field of *res on each of its paths: nothing a
+// caller's Result held before may show through.
+func TestDecideIntoWritesEveryField(t *testing.T) {
+	stale := Result{Allowed: true, Rule: 3, Limit: 9, Remaining: -1, RetryAfter: -1, ResetAfter: -1, Delay: -1, DecidedBy: ByOpen}
+	r := Rule{Rate: 1, Burst: 5}
+	for _, c := range []struct {
+		name    string
+		buckets []Bucket
+		rules   []Rule
+	}{
+		{"no rules", nil, nil},
+		{"fewer buckets than rules", []Bucket{{Tokens: 5}}, []Rule{r, r}},
+		{"one rule", []Bucket{{Tokens: 0}}, []Rule{r}},
+		{"two rules", []Bucket{{Tokens: 0}, {Tokens: 5}}, []Rule{r, r}},
+	} {
+		want := Decide(append([]Bucket(nil), c.buckets...), c.rules, sec, 3, 0)
+		got := stale
+		if DecideInto(&got, c.buckets, c.rules, sec, 3, 0); got != want {
+			t.Errorf("%s: DecideInto over %+v gave %+v, want %+v", c.name, stale, got, want)
+		}
 	}
 }

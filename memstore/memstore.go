@@ -81,7 +81,8 @@ type Store struct {
 	mask      uint64
 	seed      maphash.Seed
 	shardCap  int
-	now       func() int64 // Unix µs
+	clock     monotonic.Clock
+	fake      func() int64 // Options.Now in Unix µs, or nil for clock
 	stop      chan struct{}
 	done      sync.WaitGroup
 	closeOnce sync.Once
@@ -111,11 +112,11 @@ func New(opts Options) *Store {
 		shards: make([]shard, n),
 		mask:   uint64(n - 1),
 		seed:   maphash.MakeSeed(),
-		now:    monotonic.Micros(),
+		clock:  monotonic.New(),
 		stop:   make(chan struct{}),
 	}
 	if opts.Now != nil {
-		s.now = func() int64 { return opts.Now().UnixMicro() }
+		s.fake = func() int64 { return opts.Now().UnixMicro() }
 	}
 	if opts.MaxKeys > 0 {
 		s.shardCap = (opts.MaxKeys + n - 1) / n
@@ -138,11 +139,22 @@ func New(opts Options) *Store {
 }
 
 // Check decides req now. It never fails but for invalid input.
-func (s *Store) Check(_ context.Context, req sluice.Request) (sluice.Result, error) {
-	if err := sluice.ValidateRequest(req); err != nil {
-		return sluice.Result{}, err
+func (s *Store) Check(_ context.Context, req sluice.Request) (res sluice.Result, err error) {
+	if err = sluice.ValidateRequest(req); err != nil {
+		return res, err
 	}
-	return s.CheckAt(req, s.now()), nil
+	s.checkAt(&res, &req, s.now())
+	return res, nil
+}
+
+// now is the store's time in Unix µs. The Clock's read is inlined here,
+// not called through a func value: on the check of a hot key by one
+// caller, reading the clock is the largest single cost.
+func (s *Store) now() int64 {
+	if s.fake != nil {
+		return s.fake()
+	}
+	return s.clock.Micros()
 }
 
 // CheckAt decides a valid req at now, in Unix microseconds: the clock-free
@@ -150,25 +162,38 @@ func (s *Store) Check(_ context.Context, req sluice.Request) (sluice.Result, err
 //
 // A one-rule key that exists is decided under its slot's lock alone (see
 // table); a new key, or one with several rules, under the shard's mutex.
-func (s *Store) CheckAt(req sluice.Request, now int64) sluice.Result {
+func (s *Store) CheckAt(req sluice.Request, now int64) (res sluice.Result) {
+	s.checkAt(&res, &req, now)
+	return res
+}
+
+// checkAt is CheckAt through pointers: the request is not copied again,
+// and the result is written where the caller returns it from (see
+// sluice.DecideInto for why).
+func (s *Store) checkAt(res *sluice.Result, req *sluice.Request, now int64) {
 	h := maphash.String(s.seed, req.Key)
 	sh := &s.shards[h>>56&s.mask]
 	if len(req.Rules) == 1 {
 		if sl := sh.t.lockExisting(makeID(h, 1)); sl != nil {
-			res := sluice.Decide(sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
+			sluice.DecideInto(res, sl.b[:], req.Rules, now, req.Cost, req.MaxDelay)
 			sl.fullAt = after(asOf(sl.b[:], req.Rules, now), res.ResetAfter)
 			sl.unlock()
-			return res
+			return
 		}
 	}
+	sh.checkLocked(res, s, h, req, now)
+}
+
+// checkLocked is checkAt's locked path, a function of its own so that the
+// lock-free path keeps a small frame.
+func (sh *shard) checkLocked(res *sluice.Result, s *Store, h uint64, req *sluice.Request, now int64) {
 	sh.mu.Lock()
 	sl := sh.entry(s, h, req.Rules, now)
 	b := sh.t.buckets(sl)
-	res := sluice.Decide(b, req.Rules, now, req.Cost, req.MaxDelay)
-	sl.fullAt = fullAt(b, req.Rules, now, res)
+	sluice.DecideInto(res, b, req.Rules, now, req.Cost, req.MaxDelay)
+	sl.fullAt = fullAt(b, req.Rules, now, *res)
 	sl.unlock()
 	sh.mu.Unlock()
-	return res
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) req.Key's buckets
