@@ -68,7 +68,8 @@ func clusterFailover(t *testing.T, fullCoverage bool) {
 		opts = append(opts, redistest.WithArgs("--cluster-require-full-coverage", "no"))
 	}
 	cluster := redistest.StartCluster(t, 3, 1, opts...)
-	var untouched sync.Map // reason -> *atomic.Int64: how the keys of the master that never failed were decided by the failure policy
+	var untouched sync.Map         // reason -> *atomic.Int64: how the keys of the master that never failed were decided by the failure policy
+	var healthyChecks atomic.Int64 // checks of the keys of the master that never failed
 	client, err := redisstore.NewClient(redisstore.ClientOptions{
 		ClusterAddrs: cluster.Addrs(), Timeout: 20 * deadline, PoolSize: 64, FailFast: true,
 	})
@@ -194,6 +195,9 @@ func clusterFailover(t *testing.T, fullCoverage bool) {
 					tk = &keyTally{}
 					mine[k] = tk
 				}
+				if healthy[k] {
+					healthyChecks.Add(1)
+				}
 				start := time.Now()
 				res, d, err := s.CheckDecision(ctx, sluice.Request{Key: k, Cost: 1, Rules: rules})
 				lat := time.Since(start)
@@ -292,17 +296,31 @@ func clusterFailover(t *testing.T, fullCoverage bool) {
 		}
 	}
 	var byPolicy []string
+	var timeouts, others int64
 	untouched.Range(func(r, n any) bool {
-		byPolicy = append(byPolicy, fmt.Sprintf("%v %d", r, n.(*atomic.Int64).Load()))
+		c := n.(*atomic.Int64).Load()
+		byPolicy = append(byPolicy, fmt.Sprintf("%v %d", r, c))
+		if r == resilient.ReasonTimeout.String() {
+			timeouts += c
+		} else {
+			others += c
+		}
 		return true
 	})
-	t.Logf("keys of the master that never failed, decided by the failure policy: %v (its own slowest PING %v)", byPolicy, slowest.Round(time.Millisecond))
-	// A breaker opens on timeouts only after 5 deadlines without an answer:
-	// a machine that stalled this process for that long explains it, and so
-	// does a master that was itself slow to answer its own client's PING
-	// (half a deadline: then a check's round trip could pass the deadline).
-	if !fullCoverage && len(byPolicy) > 0 && stalled < 5*deadline && slowest < deadline/2 {
-		t.Errorf("the keys of a master that never failed were decided by the failure policy (%v) though the longest stall was %v and that master answered its own PINGs within %v: another master's failure held them up", byPolicy, stalled, slowest)
+	t.Logf("keys of the master that never failed, decided by the failure policy: %v of %d checks (its own slowest PING %v)", byPolicy, healthyChecks.Load(), slowest.Round(time.Millisecond))
+	// A master that stops answering holds up the others' checks when they
+	// share a batch or a breaker with it: then their checks time out for
+	// as long as it is paused, 5 in a row open their breaker, and they are
+	// decided circuit_open. A breaker opens on timeouts only after 5
+	// deadlines without an answer: a machine that stalled this process for
+	// that long explains it, and so does a master that was itself slow to
+	// answer its own client's PING (half a deadline: then a check's round
+	// trip could pass the deadline). A few checks past their deadline
+	// without such a stall (at most 1 in 100: on a loaded machine,
+	// redis-server or this process waits for a CPU between two PINGs) are
+	// not a master held up by another.
+	if !fullCoverage && (others > 0 || timeouts*100 > healthyChecks.Load()) && stalled < 5*deadline && slowest < deadline/2 {
+		t.Errorf("the keys of a master that never failed were decided by the failure policy (%v of %d checks) though the longest stall was %v and that master answered its own PINGs within %v: another master's failure held them up", byPolicy, healthyChecks.Load(), stalled, slowest)
 	}
 	// Every breaker closed again: the replicas took over, and no key maps
 	// to the dead master or to the paused one (a replica now). An idle
