@@ -29,11 +29,10 @@ const (
 // counterHook is a go-redis hook that passes, fails, serves or skips the
 // pipelines of counters by its mode: a batch whose commands go-redis
 // leaves as the hook left them.
-type counterHook struct{ mode atomic.Int32 }
-
-func (h *counterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+type counterHook struct {
+	pipelinesOnly
+	mode atomic.Int32
+}
 
 func (h *counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {

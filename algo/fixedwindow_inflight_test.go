@@ -20,12 +20,17 @@ import (
 // pipelineGauge is a go-redis hook that records the most pipelines of
 // counters (INCRBY first) on their way at once, and how many were sent.
 type pipelineGauge struct {
+	pipelinesOnly
 	now, most, sent atomic.Int64
 }
 
-func (g *pipelineGauge) DialHook(next redis.DialHook) redis.DialHook { return next }
+// pipelinesOnly is the part of a go-redis hook that passes dials and
+// single commands on: the tests' hooks watch pipelines alone.
+type pipelinesOnly struct{}
 
-func (g *pipelineGauge) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (pipelinesOnly) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (pipelinesOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (g *pipelineGauge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
