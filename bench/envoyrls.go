@@ -44,6 +44,14 @@ func (r RLSResult) RPS() float64 { return float64(r.Decisions) / r.Elapsed.Secon
 // multiplexes their calls, as Envoy's own client does.
 const callersPerConn = 16
 
+// EnvoyWindow is the HTTP/2 flow-control window, a stream's and a
+// connection's, of LoadRLS's connections: Envoy's default (256 MiB,
+// Http2ProtocolOptions initial_stream_window_size and
+// initial_connection_window_size), fixed, as Envoy's are. A fixed window
+// also keeps gRPC's client from sending the PINGs of its bandwidth
+// estimator, which Envoy does not send and each service would answer.
+const EnvoyWindow = 256 << 20
+
 // RLSCallTimeout is the deadline of each call of LoadRLS.
 const RLSCallTimeout = 2 * time.Second
 
@@ -54,7 +62,8 @@ const RLSCallTimeout = 2 * time.Second
 func LoadRLS(ctx context.Context, addr string, w *Workload, callers int, warmup, duration time.Duration) (RLSResult, error) {
 	conns := make([]rlsv3.RateLimitServiceClient, (callers+callersPerConn-1)/callersPerConn)
 	for i := range conns {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStaticStreamWindowSize(EnvoyWindow), grpc.WithStaticConnWindowSize(EnvoyWindow))
 		if err != nil {
 			return RLSResult{}, fmt.Errorf("bench: dial %s: %w", addr, err)
 		}
@@ -159,6 +168,35 @@ func ProcessCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("bench: /proc/%d/stat: utime %q, stime %q are not numbers", pid, fields[11], fields[12])
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// ProcessSyscalls returns the read and write system calls the process pid
+// has made (syscr + syscw of /proc/<pid>/io): each socket read, including
+// one that finds nothing, and each write, so a service that answers the
+// calls of a connection together makes fewer of them a decision.
+func ProcessSyscalls(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, fmt.Errorf("bench: system calls of process %d: %w", pid, err)
+	}
+	var n int64
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		x, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /proc/%d/io: %s %q is not a number", pid, name, v)
+		}
+		n += x
+		seen++
+	}
+	if seen != 2 {
+		return 0, fmt.Errorf("bench: /proc/%d/io has no syscr and syscw", pid)
+	}
+	return n, nil
 }
 
 // RedisCPU returns the CPU time (user + system) redis-server has used, from

@@ -29,10 +29,15 @@ func (floorRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv
 
 // FloorRLSServer is a gRPC server with the empty rate limit service and a
 // health service that reports SERVING. It runs calls on as many
-// long-lived stream workers as sluice's own server does, so the floor has
-// every advantage sluice has.
+// long-lived stream workers, with the same fixed flow-control windows
+// (no bandwidth-estimating PINGs), as sluice's own server does, so the
+// floor has every advantage sluice has.
 func FloorRLSServer() *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(envoyrls.StreamWorkersPerCPU * runtime.GOMAXPROCS(0))))
+	s := grpc.NewServer(
+		grpc.NumStreamWorkers(uint32(envoyrls.StreamWorkersPerCPU*runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(envoyrls.StreamWindow),
+		grpc.StaticConnWindowSize(envoyrls.ConnWindow),
+	)
 	rlsv3.RegisterRateLimitServiceServer(s, floorRLS{})
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	return s

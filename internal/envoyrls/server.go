@@ -133,6 +133,20 @@ type Server struct {
 // health service knows it.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// StreamWindow and ConnWindow are the listener's HTTP/2 flow-control
+// windows, fixed: what a client may send on one stream, and on one
+// connection, before the server grants more. Fixed windows turn off
+// gRPC's bandwidth estimator, which otherwise sends a PING, and a window
+// update before it, for the first DATA frame after each acknowledgement:
+// on a connection whose calls arrive one at a time, as from Envoy's
+// sidecars, one write and one read more for every call. A call is a few
+// hundred bytes, far below either window; gRPC's default starts at 64
+// KiB for both and the estimator only grows them, for bulk transfers.
+const (
+	StreamWindow = 64 << 10
+	ConnWindow   = 1 << 20
+)
+
 // New returns a Server that decides with what source returns.
 func New(source Source, opts Options) *Server {
 	if opts.MaxInFlight <= 0 {
@@ -175,6 +189,8 @@ func New(source Source, opts Options) *Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: opts.IdleTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.NumStreamWorkers(uint32(min(opts.StreamWorkers, opts.MaxInFlight))),
+		grpc.StaticStreamWindowSize(StreamWindow),
+		grpc.StaticConnWindowSize(ConnWindow),
 	}
 	if opts.Stats != nil {
 		serverOpts = append(serverOpts, grpc.ChainUnaryInterceptor(s.count, s.bound))

@@ -28,6 +28,16 @@ import (
 type envoyRun struct {
 	bench.RLSResult
 	cpu, redisCPU time.Duration
+	syscalls      int64 // the service's reads and writes; -1: unknown
+}
+
+// syscallsPer is the service's system calls (reads and writes) per
+// decision, or -1 when they could not be read.
+func (r envoyRun) syscallsPer() float64 {
+	if r.syscalls < 0 || r.Decisions == 0 {
+		return -1
+	}
+	return float64(r.syscalls) / float64(r.Decisions)
 }
 
 func (r envoyRun) cpuPer() float64 { return float64(r.cpu.Nanoseconds()) / float64(r.Decisions) / 1e3 }
@@ -114,8 +124,8 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 					if err != nil {
 						return results, err
 					}
-					fmt.Fprintf(os.Stderr, "   %s %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  p50 %v  p99 %v  failed %d\n",
-						wname, c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.P50, r.P99, r.Failed)
+					fmt.Fprintf(os.Stderr, "   %s %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  syscalls %5.2f/decision  p50 %v  p99 %v  failed %d\n",
+						wname, c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.syscallsPer(), r.P50, r.P99, r.Failed)
 					cpu[i] = r.cpuPer()
 					best := &res.sluice
 					switch s {
@@ -146,6 +156,7 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	sys0, sysErr := bench.ProcessSyscalls(s.p.cmd.Process.Pid)
 	rcpu0, err := bench.RedisCPU(ctx, admin)
 	if err != nil {
 		return envoyRun{}, err
@@ -177,6 +188,10 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if err != nil {
 		return envoyRun{}, err
 	}
+	syscalls := int64(-1) // unknown where /proc/<pid>/io cannot be read
+	if sys1, err := bench.ProcessSyscalls(s.p.cmd.Process.Pid); err == nil && sysErr == nil {
+		syscalls = sys1 - sys0
+	}
 	rcpu1, err := bench.RedisCPU(ctx, admin)
 	if err != nil {
 		return envoyRun{}, err
@@ -193,7 +208,7 @@ func measureRLS(ctx context.Context, s *rlsService, admin *redis.Client, w *benc
 	if r.Failed > 0 && !tolerateFailed {
 		return envoyRun{}, fmt.Errorf("%s: %d of %d checks failed or were denied; log: %s", s.name, r.Failed, r.Failed+r.Decisions, s.p.logTail())
 	}
-	return envoyRun{RLSResult: r, cpu: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0}, nil
+	return envoyRun{RLSResult: r, cpu: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0, syscalls: syscalls}, nil
 }
 
 // printCommandStats prints, for each Redis command the run called, its
@@ -356,14 +371,15 @@ func printEnvoy(w io.Writer, rs []envoyResult, rounds int) {
 	fmt.Fprintf(w, "Envoy's rate limit service (gRPC ShouldRateLimit): sluice envoy_rls against envoyproxy/ratelimit %s,\n", envoytest.Version)
 	fmt.Fprintf(w, "one Redis, every check under its limit (uniform100k: keys uniform over 100,000 users; hot: one user); the floor is an empty handler\n")
 	fmt.Fprintf(w, "served by grpc-go in a process of its own; best of %d alternated rounds\n\n", rounds)
-	fmt.Fprintf(w, "| keys | callers | floor decisions/s | sluice decisions/s | envoy decisions/s | sluice ÷ envoy | CPU µs/decision floor / sluice / envoy | CPU ratio | above the floor µs sluice / envoy | above-floor ratio | Redis CPU µs/decision sluice / envoy | Redis ratio | p50 sluice / envoy |\n")
-	fmt.Fprintf(w, "| -- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	fmt.Fprintf(w, "| keys | callers | floor decisions/s | sluice decisions/s | envoy decisions/s | sluice ÷ envoy | CPU µs/decision floor / sluice / envoy | CPU ratio | above the floor µs sluice / envoy | above-floor ratio | Redis CPU µs/decision sluice / envoy | Redis ratio | syscalls/decision floor / sluice / envoy | p50 sluice / envoy |\n")
+	fmt.Fprintf(w, "| -- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
 	for _, r := range rs {
 		f, sl, en := r.floor.cpuPer(), r.sluice.cpuPer(), r.envoy.cpuPer()
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %v / %v |\n",
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.2f× | %.1f / %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.1f / %.1f | %.2f | %.2f / %.2f / %.2f | %v / %v |\n",
 			r.workload, r.callers, r.floor.RPS(), r.sluice.RPS(), r.envoy.RPS(), r.sluice.RPS()/r.envoy.RPS(),
 			f, sl, en, sl/en, sl-f, en-f, aboveFloor(sl, en, f),
 			r.sluice.redisCPUPer(), r.envoy.redisCPUPer(), r.sluice.redisCPUPer()/r.envoy.redisCPUPer(),
+			r.floor.syscallsPer(), r.sluice.syscallsPer(), r.envoy.syscallsPer(),
 			r.sluice.P50.Round(time.Microsecond), r.envoy.P50.Round(time.Microsecond))
 	}
 }
