@@ -1,7 +1,6 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"net"
 	"strconv"
@@ -47,17 +46,7 @@ func TestFixedWindowsNoBandwidthPings(t *testing.T) {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, hf := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
-		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		if err := enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	block := callHeaders(t)
 	var (
 		pings       int
 		streamWin   = uint32(65535) // RFC 9113's initial window until SETTINGS says otherwise
@@ -73,7 +62,7 @@ func TestFixedWindowsNoBandwidthPings(t *testing.T) {
 		body := make([]byte, 5+len(msg)) // gRPC's frame: uncompressed, then the length
 		binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
 		copy(body[5:], msg)
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := fr.WriteData(id, true, body); err != nil {

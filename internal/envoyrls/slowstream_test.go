@@ -110,18 +110,7 @@ func (rc *rawClient) end(id uint32, e streamEnd) {
 // open opens n streams of ShouldRateLimit whose message never comes.
 func (rc *rawClient) open(t testing.TB, n int) {
 	t.Helper()
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, hf := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
-		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
-		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
-		if err := enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	block := hb.Bytes()
+	block := callHeaders(t)
 	for i := range n {
 		id := uint32(2*i + 1)
 		rc.mu.Lock()
@@ -134,6 +123,23 @@ func (rc *rawClient) open(t testing.TB, n int) {
 			t.Fatalf("stream %d: %v", id, err)
 		}
 	}
+}
+
+// callHeaders is the HPACK block of a ShouldRateLimit call's headers.
+func callHeaders(t testing.TB) []byte {
+	t.Helper()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, hf := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":authority", "sluice"},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		if err := enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return hb.Bytes()
 }
 
 func (rc *rawClient) ended() int {
