@@ -23,7 +23,7 @@ import (
 // connection with no ping outstanding with a window update and a PING,
 // which the client acknowledges: on a connection whose calls come one
 // at a time, as Envoy's sidecars send them, that was a write and a read
-// more for every call (BENCHMARKS.md, "The listener's flow control").
+// more for every call (BENCHMARKS.md, "6 December 2026 (fourth session)").
 //
 // The client here is HTTP/2 frames on a socket, so that every frame the
 // server sends is seen; it acknowledges every PING, as Envoy does, so
