@@ -322,14 +322,22 @@ func ExampleNewLeased() {
 // lease while the bucket refilled to its burst admits 9 + burst at once,
 // rightly (every one was taken from the bucket): resilient's guard, which
 // denies what one instance could not have been given, allows for the lease
-// the request asks for (sluice.Request.Lease, as the gateway sets it).
+// the request asks for (sluice.Request.Lease, as the gateway sets it),
+// whether the request names the token bucket or leaves its algorithm
+// empty (the same store: algo.Router sends both there).
 func TestLeasedGuardAllowsForTheLease(t *testing.T) {
+	for _, alg := range []string{"", "token_bucket"} {
+		t.Run(fmt.Sprintf("algorithm=%q", alg), func(t *testing.T) { leasedGuardAllowsForTheLease(t, alg) })
+	}
+}
+
+func leasedGuardAllowsForTheLease(t *testing.T, alg string) {
 	_, clock, _, ls := leasedAtFixedClock(t, 10)
 	defer ls.Close()
 	st := resilient.New(ls, resilient.Options{Timeout: time.Second})
 	defer st.Close()
 	rules := []sluice.Rule{{Rate: 10, Burst: 10}} // the guard: burst 10 + 10 × 1s + 1 = 21, without the lease
-	req := sluice.Request{Key: "g", Cost: 1, Rules: rules, Lease: &sluice.Lease{Tokens: 10, TTL: time.Minute}}
+	req := sluice.Request{Key: "g", Cost: 1, Rules: rules, Algorithm: alg, Lease: &sluice.Lease{Tokens: 10, TTL: time.Minute}}
 	if res, err := st.Check(ctx, req); err != nil || !res.Allowed { // a lease of 10: 9 held, the bucket at 0
 		t.Fatalf("%+v %v", res, err)
 	}

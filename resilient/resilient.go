@@ -732,9 +732,10 @@ func (s *Store) guarded(ctx context.Context, req *sluice.Request) (sluice.Result
 // leaseAhead is how many tokens of req's key a primary that leases
 // (redisstore.Leased, asked by req.Lease) may admit beyond what the store
 // saw: a token bucket's lease, less the check that took it. The guard
-// allows for them.
+// allows for them. The token bucket is the empty algorithm or its name,
+// which algo.Router sends to the same store.
 func leaseAhead(req *sluice.Request) int64 {
-	if req.Lease == nil || req.Algorithm != "" {
+	if req.Lease == nil || (req.Algorithm != "" && req.Algorithm != algo.TokenBucket) {
 		return 0
 	}
 	return max(req.Lease.Tokens-1, 0)
