@@ -287,8 +287,11 @@ func (x *failureAnswer) Answer(res sluice.Result, err error) {
 	x.to.Answer(res, err)
 }
 
+// Withdraw is the resilient layer giving the check up (at its deadline,
+// in this test): a failed call for its breaker, recorded as one.
 func (x *failureAnswer) Withdraw(a coalesce.Answerer, err error) {
 	if a == x.to {
+		x.f.failed()
 		x.w.Withdraw(x, err)
 	}
 }

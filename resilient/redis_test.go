@@ -429,7 +429,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			// its first calls, on new connections and with the script to
 			// load again, can pass the deadline) rightly holds the breaker
 			// open for another interval: count the interval from the last
-			// failed store call, if one came after the restart.
+			// failed store call, if one came after the restart (a call
+			// given up at its deadline counts: failureTimes).
 			from := restarted
 			if f := primary.lastBefore(rec); f.After(from) {
 				from = f
@@ -468,20 +469,31 @@ type failureTimes struct {
 	times  []int64 // Unix ns
 }
 
+// Check records a check that failed, and one that the resilient layer
+// gave up on at its deadline though Redis answered it later (on a busy
+// machine a restarted Redis's first calls, on new connections with the
+// script to load again, can take that long): for the breaker both are
+// failed calls, and a failed probe holds it open for another interval.
 func (f *failureTimes) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
 	f.checks.Add(1)
+	start := time.Now()
 	res, err := f.Store.Check(ctx, req)
-	if err != nil {
+	switch {
+	case err != nil:
 		f.failed()
+	case time.Since(start) > deadline:
+		f.failedAt(start.Add(deadline))
 	}
 	return res, err
 }
 
 // failed records a failed check, returned now.
-func (f *failureTimes) failed() {
-	now := time.Now().UnixNano()
+func (f *failureTimes) failed() { f.failedAt(time.Now()) }
+
+// failedAt records a check that failed at.
+func (f *failureTimes) failedAt(at time.Time) {
 	f.mu.Lock()
-	f.times = append(f.times, now)
+	f.times = append(f.times, at.UnixNano())
 	f.mu.Unlock()
 }
 
