@@ -58,9 +58,10 @@
 //     (its charges land later than the store's, by varying delays), and,
 //     for a request that asks for a lease (sluice.Request.Lease, decided
 //     by redisstore.Leased), the tokens one lease may hold ahead. One
-//     instance alone never admits more than that (twice the burst for a
-//     window algorithm, which admits a burst on each side of a window's
-//     edge), so when the guard lacks the tokens the store claims, the store
+//     instance alone never admits more than that (twice the burst for the
+//     fixed window and the sliding window counter, which admit a burst on
+//     each side of a window's edge), so when the guard lacks the tokens
+//     the store claims, the store
 //     has lost the bucket (an evicting Redis, a flush, a failover to a
 //     replica that never saw it) and the check is denied: a client that
 //     floods keys to get its spent bucket evicted gains nothing. N
@@ -637,7 +638,7 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sl
 				// through the store must not leave them stricter.
 				var buf [sluice.MaxRules]sluice.Rule
 				_, _ = s.local.Adjust(ctx, sluice.Request{Key: key, Rules: s.localRules(buf[:0], rules, 0)}, delta)
-				_, _ = s.guard.Adjust(ctx, sluice.Request{Key: key, Rules: s.guardRules(buf[:0], rules, leaseAhead(&req), !algo.Paces(req.Algorithm))}, delta)
+				_, _ = s.guard.Adjust(ctx, sluice.Request{Key: key, Rules: s.guardRules(buf[:0], rules, leaseAhead(&req), alignedWindows(req.Algorithm))}, delta)
 			}
 			return res, err
 		}
@@ -720,13 +721,26 @@ var errForgotten = errors.New("resilient: the store allowed more than this insta
 // store forgot the bucket. It returns the guard's denial and false then.
 func (s *Store) guarded(ctx context.Context, req *sluice.Request) (sluice.Result, bool) {
 	var buf [sluice.MaxRules]sluice.Rule
-	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules, leaseAhead(req), !algo.Paces(req.Algorithm))}
+	g := sluice.Request{Key: req.Key, Cost: req.Cost, MaxDelay: req.MaxDelay, Rules: s.guardRules(buf[:0], req.Rules, leaseAhead(req), alignedWindows(req.Algorithm))}
 	res, err := s.guard.Check(ctx, g)
 	if err != nil || res.Allowed {
 		return sluice.Result{}, true
 	}
 	res.DecidedBy = sluice.ByLocal
 	return res, false
+}
+
+// alignedWindows reports whether the guard gives alg twice the burst: the
+// fixed window and the sliding window counter count in windows of
+// W = B/R aligned to the epoch, at most the burst B in each, so over a
+// span T at most 2B + R·T (a fixed window admits B at the end of one
+// window and B again at the start of the next); at B the guard denied the
+// second half of every such burst as if Redis had lost the key. The
+// token and leaky buckets admit at most B + R·T, and the sliding log at
+// most B in any span of W, which is within that: their guard keeps B. An
+// algorithm the guard does not know gets twice the burst too.
+func alignedWindows(alg string) bool {
+	return !algo.Paces(alg) && alg != algo.SlidingLog
 }
 
 // leaseAhead is how many tokens of req's key a primary that leases
@@ -748,15 +762,8 @@ func leaseAhead(req *sluice.Request) int64 {
 // that differs from call to call: without the slack it would see less
 // refill than the store did and deny what the store rightly allowed.
 //
-// windowed is a request of a window algorithm (the fixed window, the
-// sliding log, the sliding window counter: those algo.Paces does not
-// name). Each admits at most the burst B in each of its aligned windows of
-// W = B/R, so over any span T at most 2B + R·T: a fixed window admits B
-// at the end of one window and B again at the start of the next (the
-// sliding log and the counter stay within B + R·T of a bucket). The
-// guard's bucket holds 2B for them; at B it denied the second half of
-// every boundary burst a fixed window rightly allowed, as if Redis had
-// lost the key.
+// windowed is a request of an algorithm that counts in aligned windows
+// (alignedWindows): the guard's bucket holds twice the burst for it.
 func (s *Store) guardRules(buf, rules []sluice.Rule, ahead int64, windowed bool) []sluice.Rule {
 	for _, r := range rules {
 		if r.Period != sluice.Rolling {
