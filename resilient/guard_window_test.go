@@ -35,10 +35,23 @@ func (allowAll) Adjust(_ context.Context, req sluice.Request, _ int64) (sluice.R
 func TestGuardAllowsAWindowsBoundaryBurst(t *testing.T) {
 	const burst = 10
 	rules := []sluice.Rule{{Rate: 1, Burst: burst}}
-	// Slack: ceil(1/s × 50ms) + 1 = 2 tokens beyond the guard's bucket.
+	// Slack: ceil(rate × 50ms) + 1 = 2 tokens beyond the guard's bucket.
 	const slack = 2
-	for _, alg := range []string{"", algo.TokenBucket, algo.LeakyBucket, algo.FixedWindow, algo.SlidingWindow, algo.SlidingLog} {
-		t.Run(fmt.Sprintf("algorithm=%q", alg), func(t *testing.T) {
+	// A year's window (envoyproxy/ratelimit's unit YEAR), and a bucket
+	// that refills in a year: the guard's burst (twice it, or the slack
+	// alone) at the rule's rate would take longer to refill than a rule
+	// may, and the guard's store refused it: the guard was off.
+	year := []sluice.Rule{{Rate: burst / (365 * 86400.0), Burst: burst}}
+	for _, c := range []struct {
+		alg   string
+		rules []sluice.Rule
+	}{
+		{"", rules}, {algo.TokenBucket, rules}, {algo.LeakyBucket, rules},
+		{algo.FixedWindow, rules}, {algo.SlidingWindow, rules}, {algo.SlidingLog, rules},
+		{algo.FixedWindow, year}, {"", year},
+	} {
+		alg, rules := c.alg, c.rules
+		t.Run(fmt.Sprintf("algorithm=%q/window=%v", alg, algo.Window(rules[0])), func(t *testing.T) {
 			s := newStore(t, allowAll{}, resilient.Options{DenialCacheSize: -1})
 			req := sluice.Request{Key: "k", Cost: 1, Rules: rules, Algorithm: alg}
 			start := time.Now()

@@ -777,7 +777,13 @@ func (s *Store) guardRules(buf, rules []sluice.Rule, ahead int64, windowed bool)
 		if windowed {
 			slack += r.Burst
 		}
-		buf = append(buf, sluice.Rule{Rate: r.Rate, Burst: r.Burst + slack})
+		// A burst raised by the slack may take longer than
+		// sluice.MaxRefillTime to refill at the rule's rate (a rule of a
+		// year's refill; twice a year's window), a rule the guard's store
+		// refuses, which turned the guard off: it refills faster instead,
+		// which only ever allows more.
+		rate := max(r.Rate, float64(r.Burst+slack)/sluice.MaxRefillTime.Seconds())
+		buf = append(buf, sluice.Rule{Rate: rate, Burst: r.Burst + slack})
 	}
 	return buf
 }
