@@ -79,8 +79,9 @@ type Request struct {
 	// so that the two can share one Redis and count together: a counter
 	// per window, named WindowKey followed by the window's start in Unix
 	// seconds (by the store's clock), raised by INCRBY and given an EXPIRE
-	// of the window's length (plus the store's jitter), both in one round
-	// trip. It names the Redis key itself, outside the store's prefix. Other
+	// of the window's length (plus the store's jitter) in the same round
+	// trip, unless the store knows the expiry it gave to be at least 10
+	// seconds away. It names the Redis key itself, outside the store's prefix. Other
 	// stores, and a request of several rules, decide by Key as always;
 	// the answers are the same.
 	WindowKey string

@@ -16,7 +16,9 @@ import (
 // The fixed window of sluice.Request.WindowKey keeps envoyproxy/ratelimit's
 // counters: one per window, named by the WindowKey and the window's
 // start in Unix seconds, raised by INCRBY with an EXPIRE of the window's
-// length (and the jitter), pipelined. A batch of coalesced checks is one
+// length (and the jitter), pipelined; an INCRBY goes without its EXPIRE
+// while the store knows the expiry it gave is far enough away
+// (fixedwindow_expiry.go). A batch of coalesced checks is one
 // INCRBY of their costs' sum per counter (and one EXPIRE); each check is
 // decided from the total it returns, in arrival order, as separate calls
 // would have been: every hit is counted (CountDenied), so the count
@@ -52,11 +54,7 @@ func counterKey(windowKey string, w, now int64) (start int64, key string) {
 // counterOp makes o a check of the counter of key in the window of now,
 // by the store's clock.
 func (s *fixedWindowRedis) counterOp(o *fwOp, key string) {
-	now := time.Now()
-	if s.now != nil {
-		now = s.now()
-	}
-	o.now = now.UnixMicro()
+	o.now = s.clock().UnixMicro()
 	o.start, o.counter = counterKey(key, window(o.rules[0]), o.now)
 }
 
@@ -103,11 +101,14 @@ func (s *fixedWindowRedis) splitCounters(ctx context.Context, ops []fwOp, res []
 // A counter and its argument arrays outlive the batch: the next batch
 // that takes it from its counterBatch rewrites them (counterBatch.take).
 type counter struct {
-	key  string
-	sum  int64
-	ttl  int64 // seconds
-	err  error
-	next int64 // the count before the next op, in arrival order
+	key    string
+	sum    int64
+	ttl    int64 // seconds
+	err    error
+	next   int64  // the count before the next op, in arrival order
+	end    int64  // the end of the counter's window, Unix µs
+	hash   uint64 // key's in the store's expiryMemo, when ttl > expiryGrace
+	expire bool   // the batch sends the counter's EXPIRE
 
 	incr *redis.IntCmd
 	exp  *redis.BoolCmd
@@ -230,6 +231,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		c := b.cs[j]
 		if added {
 			c.ttl = (window(o.rules[0]) + 999_999) / 1e6
+			c.end = o.start + window(o.rules[0])
 		}
 		c.sum = counterAdd(c.sum, o.counted())
 		b.which = append(b.which, j)
@@ -239,6 +241,9 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		cmdCtx = context.Background()
 	}
 	cs := b.cs[:b.n]
+	sent := s.clock() // before the batch is sent: its EXPIREs run later
+	var memo *expiryMemo
+	var sec uint32
 	for _, c := range cs {
 		c.keyArg = rebox(c.keyArg, c.key) // one boxing for both commands
 		if c.sum == 0 {
@@ -251,6 +256,14 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			}
 			b.cmds = append(b.cmds, c.get)
 			continue
+		}
+		if c.expire = true; c.ttl > int64(expiryGrace/time.Second) {
+			if memo == nil {
+				memo = s.expiryMemo(sent)
+				sec = memo.sec(sent)
+			}
+			c.hash = memo.hash(c.key)
+			c.expire = !memo.fresh(c.hash, sec)
 		}
 		ttl := c.ttl
 		if s.jitter > 0 {
@@ -267,7 +280,9 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			c.exp.SetVal(false)
 			c.exp.SetErr(nil)
 		}
-		b.cmds = append(b.cmds, c.incr, c.exp)
+		if b.cmds = append(b.cmds, c.incr); c.expire {
+			b.cmds = append(b.cmds, c.exp)
+		}
 	}
 	pipe := b.pipe
 	if pipe == nil {
@@ -278,17 +293,25 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 	}
 	_ = pipe.BatchProcess(ctx, b.cmds...) // one append: no growing per command
 	_, _ = pipe.Exec(ctx)                 // each command carries its own error
+	var made []*counter                   // made anew by an INCRBY alone
 	for _, c := range cs {
 		var total int64
-		if c.sum == 0 {
+		switch {
+		case c.sum == 0:
 			total, c.err = c.get.Int64()
 			if errors.Is(c.err, redis.Nil) {
 				total, c.err = 0, nil
 			}
-		} else {
-			total, c.err = c.incr.Result()
-			if c.err == nil {
+		case c.expire:
+			if total, c.err = c.incr.Result(); c.err == nil {
 				c.err = c.exp.Err()
+			}
+			if c.err == nil && c.exp.Val() && memo != nil && c.ttl > int64(expiryGrace/time.Second) {
+				memo.put(c.hash, memo.until(sec, c), sec)
+			}
+		default:
+			if total, c.err = c.incr.Result(); c.err == nil && total == c.sum {
+				made = append(made, c)
 			}
 		}
 		if c.err != nil {
@@ -309,7 +332,55 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		ts := [1]int64{o.now}
 		res[i], _ = fixedWindowReport(st[:], o.rules, ts[:], after <= r.Burst, o.amount)
 	}
+	if made != nil {
+		s.reexpire(ctx, memo, made)
+	}
 	s.giveBatch(b) // not when a hook panicked: its pipeline may hold commands
+}
+
+// clock is the store's time: RedisOptions.Now, or time.Now.
+func (s *fixedWindowRedis) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// expiryMemo returns the store's expiryMemo, made at now when there is
+// none yet.
+func (s *fixedWindowRedis) expiryMemo(now time.Time) *expiryMemo {
+	if m := s.expiries.Load(); m != nil {
+		return m
+	}
+	s.expiries.CompareAndSwap(nil, newExpiryMemo(now))
+	return s.expiries.Load()
+}
+
+// reexpire gives its expiry to each counter that an INCRBY sent alone
+// made anew: its expiry had passed before the INCRBY came, or the counter
+// was deleted, or Redis restarted without it. What the memo knew of it is
+// dropped first, so that if this fails the next INCRBY of the counter
+// carries its EXPIRE.
+func (s *fixedWindowRedis) reexpire(ctx context.Context, memo *expiryMemo, made []*counter) {
+	pipe := s.pipe()
+	exps := make([]*redis.BoolCmd, len(made))
+	for i, c := range made {
+		memo.forget(c.hash)
+		ttl := c.ttl
+		if s.jitter > 0 {
+			ttl += rand.Int64N(s.jitter)
+		}
+		exps[i] = pipe.Expire(ctx, c.key, time.Duration(expireSeconds(ttl))*time.Second)
+	}
+	sent := s.clock()
+	s.reexpired.Add(int64(len(made)))
+	_, _ = pipe.Exec(ctx)
+	sec := memo.sec(sent)
+	for i, c := range made {
+		if exps[i].Val() {
+			memo.put(c.hash, memo.until(sec, c), sec)
+		}
+	}
 }
 
 // expireSeconds is the argument of EXPIRE for ttl seconds as go-redis's

@@ -107,7 +107,7 @@ func TestFixedWindowCountersAgreeWithMemory(t *testing.T) {
 	}
 }
 
-// A batch of WindowKey checks costs Redis one INCRBY and one EXPIRE per
+// A store's first batch of WindowKey checks costs Redis one INCRBY and one EXPIRE per
 // counter, however many checks name it, and nothing else; a lone check
 // is those two commands, and one of cost 0 a GET.
 func TestFixedWindowCounterCommands(t *testing.T) {
@@ -175,11 +175,10 @@ func TestFixedWindowCounterCommands(t *testing.T) {
 }
 
 // A counter that exists without an expiry (left by a writer that stopped
-// between its INCRBY and its EXPIRE) gets one from the next check that
-// counts in it, and one made by envoyproxy/ratelimit keeps an expiry:
-// every INCRBY of a counter goes with its EXPIRE (BENCHMARKS.md, 6
-// December 2026: a script that expires only the counters it makes costs
-// Redis more).
+// between its INCRBY and its EXPIRE) gets one from the next check of a
+// store that has not given it one, and one made by envoyproxy/ratelimit
+// keeps an expiry: the first INCRBY a store sends a counter goes with its
+// EXPIRE (fixedwindow_expiry.go).
 func TestFixedWindowCounterWithoutExpiryGetsOne(t *testing.T) {
 	client := redistest.Start(t).Client(t)
 	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC))

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,10 +48,12 @@ type fixedWindowRedis struct {
 	pipeline func() redis.Pipeliner // sends those calls at once; nil: one after the other
 
 	// The counters of sluice.Request.WindowKey (fixedwindow_counter.go).
-	pipe      func() redis.Pipeliner // nil: the client cannot send them
-	jitter    int64                  // RedisOptions.ExpiryJitter, in seconds
-	batches   chan *counterBatch     // kept for the next batches (counterBatch)
-	reuseCmds bool                   // a batch reuses the commands of one before it: a *redis.Client
+	pipe      func() redis.Pipeliner     // nil: the client cannot send them
+	jitter    int64                      // RedisOptions.ExpiryJitter, in seconds
+	batches   chan *counterBatch         // kept for the next batches (counterBatch)
+	reuseCmds bool                       // a batch reuses the commands of one before it: a *redis.Client
+	expiries  atomic.Pointer[expiryMemo] // the counters' expiries it gave (fixedwindow_expiry.go)
+	reexpired atomic.Int64               // counters given their expiry again (reexpire)
 }
 
 func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions, marginMs int64) *fixedWindowRedis {

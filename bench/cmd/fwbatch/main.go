@@ -62,6 +62,7 @@ func main() {
 	batches := flag.String("batches", "1,2,4,8,16,32,64", "batch sizes")
 	callers := flag.Int("callers", 4, "batches in flight at once")
 	rounds := flag.Int("rounds", 2, "rounds, alternating the ways")
+	waysFlag := flag.String("ways", "pipeline,script,script-ttl", "the ways, of pipeline, incrby, script, script-ttl")
 	flag.Parse()
 	if *n > 100000 || *n < 1 || *callers < 1 || *rounds < 1 {
 		log.Fatal("-n must be 1 to 100,000, -callers and -rounds at least 1")
@@ -82,6 +83,14 @@ func main() {
 			_, err := p.Exec(ctx)
 			return err
 		},
+		"incrby": func(ks []string) error { // INCRBY alone: an EXPIRE the store knows is not needed yet
+			p := c.Pipeline()
+			for _, k := range ks {
+				p.IncrBy(ctx, k, 1)
+			}
+			_, err := p.Exec(ctx)
+			return err
+		},
 		"script-ttl": func(ks []string) error {
 			args := make([]any, 0, 2*len(ks))
 			for range ks {
@@ -97,7 +106,12 @@ func main() {
 			return script.Run(ctx, c, ks, args...).Err()
 		},
 	}
-	ways3 := []string{"pipeline", "script", "script-ttl"}
+	ways3 := strings.Split(*waysFlag, ",")
+	for _, w := range ways3 {
+		if ways[w] == nil {
+			log.Fatalf("no way %q", w)
+		}
+	}
 	fmt.Printf("Redis CPU µs per counter (INFO cpu), %d counters a setting, %d batches in flight\n", *n, *callers)
 	for _, fresh := range []bool{false, true} {
 		for _, b := range strings.Split(*batches, ",") {
@@ -145,7 +159,7 @@ func main() {
 					done := float64(per * *callers * size)
 					got[way] = append(got[way], float64((cpu1-cpu0).Nanoseconds())/1e3/done)
 					cmds := []string{"evalsha", "eval"}
-					if way == "pipeline" {
+					if way == "pipeline" || way == "incrby" {
 						cmds = []string{"incrby", "expire"}
 					}
 					usec[way] = append(usec[way], commandUsec(c, cmds...)/done)

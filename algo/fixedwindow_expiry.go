@@ -1,0 +1,138 @@
+package algo
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+)
+
+// A counter's EXPIRE is sent with the first INCRBY this store sends it,
+// and again once less than expiryGrace is known to be left of the expiry
+// it gave; an INCRBY in between goes alone. envoyproxy/ratelimit sends an
+// EXPIRE with every INCRBY: at counters that exist (a counter is made once
+// a window) the EXPIRE is about a third of what Redis spends on a check
+// (BENCHMARKS.md, 6 December 2026 (fifth session)).
+//
+// The danger of an INCRBY alone is that it reaches Redis after its counter
+// expired (or was deleted, or Redis restarted empty) and makes it anew,
+// without an expiry: a counter kept for ever. Two things stand against it:
+//   - the store sends one alone only while the expiry it gave is at least
+//     expiryGrace away by its own clock (a lower bound: the time is read
+//     before the EXPIRE is sent, and only an EXPIRE that answered 1, the
+//     counter had it, is remembered);
+//   - an INCRBY sent alone whose total is its own sum made its counter
+//     (whatever the reason), and the store sends that counter's EXPIRE
+//     at once, before the batch's checks are answered (fixedWindowRedis.
+//     reexpire).
+//
+// So a counter is left without an expiry only if an INCRBY sent alone both
+// makes it and never has its answer read (the process or its connection
+// ends in between) — as envoyproxy/ratelimit's is if its connection ends
+// between its INCRBY and its EXPIRE — and the next INCRBY of that counter
+// within expiryGrace of its known expiry gives it one again.
+
+// expiryGrace is how much of a counter's known expiry must be left for an
+// INCRBY to go without its EXPIRE. A counter whose window is no longer
+// (a window of a second, of ten) gets its EXPIRE with every INCRBY.
+const expiryGrace = 10 * time.Second
+
+// expirySlots is the size of a store's expiryMemo: 2 MiB, made when the
+// store first gives a counter an expiry. Two slots a key's hash may use;
+// a counter that finds both taken by counters still known to expire later
+// is not remembered, and every INCRBY of it carries its EXPIRE.
+const expirySlots = 1 << 18
+
+// An expiryMemo is what a store knows of its counters' expiries: a slot
+// holds a counter's tag (the high half of its key's hash, never 0) and the
+// second before which the counter cannot expire (a lower bound), counted
+// on a clock of the memo's own (sec). A wrong entry costs at most an
+// INCRBY alone, whose answer repairs a counter it made.
+type expiryMemo struct {
+	seed  maphash.Seed
+	base  time.Time // sec's origin, less a year: a test clock may go back
+	slots []atomic.Uint64
+}
+
+func newExpiryMemo(now time.Time) *expiryMemo {
+	return &expiryMemo{seed: maphash.MakeSeed(), base: now.Add(-365 * 24 * time.Hour), slots: make([]atomic.Uint64, expirySlots)}
+}
+
+// hash is key's hash; its tag is never 0, an empty slot's.
+func (m *expiryMemo) hash(key string) uint64 {
+	return maphash.String(m.seed, key) | 1<<32
+}
+
+// sec is t in whole seconds of the memo's clock: t's monotonic reading
+// when it has one (a store's time.Now), else its wall time; 0 before the
+// origin, saturating at 2³²-1 (136 years).
+func (m *expiryMemo) sec(t time.Time) uint32 {
+	d := t.Sub(m.base)
+	if d < 0 {
+		return 0
+	}
+	return uint32(min(d/time.Second, 1<<32-1))
+}
+
+// pair is the two slots that key's hash h may use.
+func (m *expiryMemo) pair(h uint64) []atomic.Uint64 {
+	i := h & (expirySlots - 2)
+	return m.slots[i : i+2 : i+2]
+}
+
+// fresh reports whether the counter of hash h is known to expire no
+// sooner than expiryGrace after the second now (a lower bound of now:
+// the second is rounded up here).
+func (m *expiryMemo) fresh(h uint64, now uint32) bool {
+	tag := uint32(h >> 32)
+	need := uint64(now) + 1 + uint64(expiryGrace/time.Second)
+	p := m.pair(h)
+	for i := range p {
+		if v := p[i].Load(); uint32(v>>32) == tag {
+			return uint64(uint32(v)) >= need
+		}
+	}
+	return false
+}
+
+// until is what to put for counter c given its expiry at the second
+// sent: the expiry, or, when its window ends sooner, just past the end,
+// where the entry stops being fresh: no INCRBY of the counter comes after
+// its window, and its slot is free for another.
+func (m *expiryMemo) until(sent uint32, c *counter) uint32 {
+	end := uint64(m.sec(time.UnixMicro(c.end))) + 1 + uint64(expiryGrace/time.Second)
+	return uint32(min(uint64(sent)+uint64(c.ttl), end, 1<<32-1))
+}
+
+// put remembers that the counter of hash h cannot expire before the
+// second until; now is the present second, by which an entry of another
+// counter that is no longer fresh may be replaced.
+func (m *expiryMemo) put(h uint64, until, now uint32) {
+	tag := uint32(h >> 32)
+	v := uint64(tag)<<32 | uint64(until)
+	p := m.pair(h)
+	free := -1
+	for i := range p {
+		old := p[i].Load()
+		if uint32(old>>32) == tag {
+			p[i].Store(v)
+			return
+		}
+		if free < 0 && (old == 0 || uint64(uint32(old)) < uint64(now)+1+uint64(expiryGrace/time.Second)) {
+			free = i
+		}
+	}
+	if free >= 0 {
+		p[free].Store(v)
+	}
+}
+
+// forget drops what is known of the counter of hash h.
+func (m *expiryMemo) forget(h uint64) {
+	tag := uint32(h >> 32)
+	p := m.pair(h)
+	for i := range p {
+		if old := p[i].Load(); uint32(old>>32) == tag {
+			p[i].CompareAndSwap(old, 0)
+		}
+	}
+}
