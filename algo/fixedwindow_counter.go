@@ -273,16 +273,21 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		c.expArgs[1], c.expArgs[2] = c.keyArg, rebox(c.expArgs[2], expireSeconds(ttl))
 		if c.incr == nil || !s.reuseCmds {
 			c.incr = redis.NewIntCmd(cmdCtx, c.incrArgs[:]...)
-			c.exp = redis.NewBoolCmd(cmdCtx, c.expArgs[:]...)
 		} else {
 			c.incr.SetVal(0)
 			c.incr.SetErr(nil)
+		}
+		b.cmds = append(b.cmds, c.incr)
+		if !c.expire {
+			continue
+		}
+		if c.exp == nil || !s.reuseCmds {
+			c.exp = redis.NewBoolCmd(cmdCtx, c.expArgs[:]...)
+		} else {
 			c.exp.SetVal(false)
 			c.exp.SetErr(nil)
 		}
-		if b.cmds = append(b.cmds, c.incr); c.expire {
-			b.cmds = append(b.cmds, c.exp)
-		}
+		b.cmds = append(b.cmds, c.exp)
 	}
 	pipe := b.pipe
 	if pipe == nil {
