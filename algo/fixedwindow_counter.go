@@ -19,7 +19,7 @@ import (
 // length (and the jitter), pipelined; an INCRBY goes without its EXPIRE
 // while the store knows the expiry it gave is far enough away
 // (fixedwindow_expiry.go). A batch of coalesced checks is one
-// INCRBY of their costs' sum per counter (and one EXPIRE); each check is
+// INCRBY of their costs' sum per counter (and its EXPIRE, if sent); each check is
 // decided from the total it returns, in arrival order, as separate calls
 // would have been: every hit is counted (CountDenied), so the count
 // before a check is the total less the costs of the checks after it. A
