@@ -10,8 +10,9 @@ import (
 // and again once less than expiryGrace is known to be left of the expiry
 // it gave; an INCRBY in between goes alone. envoyproxy/ratelimit sends an
 // EXPIRE with every INCRBY: at counters that exist (a counter is made once
-// a window) the EXPIRE is about a third of what Redis spends on a check
-// (BENCHMARKS.md, 6 December 2026 (fifth session)).
+// a window), 8 or more a round trip, the EXPIRE was a sixth to a third of
+// what Redis spent on each (BENCHMARKS.md, 6 December 2026 (fifth
+// session)).
 //
 // The danger of an INCRBY alone is that it reaches Redis after its counter
 // expired (or was deleted, or Redis restarted empty) and makes it anew,
