@@ -154,12 +154,18 @@ func newPromSink(p config.Prometheus, log *slog.Logger) (*promSink, error) {
 // Addr is where the listener listens.
 func (s *promSink) Addr() net.Addr { return s.ln.Addr() }
 
+// send hands e to the exporter; nil hands it an empty batch (Flush).
 func (s *promSink) send(e event.Event) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if !s.closed {
-		s.events <- event.Events{e}
+	if s.closed {
+		return
 	}
+	if e == nil {
+		s.events <- nil
+		return
+	}
+	s.events <- event.Events{e}
 }
 
 func (s *promSink) FlushCounter(name string, value uint64) {
@@ -173,6 +179,13 @@ func (s *promSink) FlushGauge(name string, value uint64) {
 func (s *promSink) FlushTimer(name string, value float64) {
 	s.send(&event.ObserverEvent{OMetricName: name, OValue: value, OLabels: map[string]string{}})
 }
+
+// Flush returns once the exporter has handled every event sent before
+// it (gostats calls it at the end of each flush): a send returns when the
+// exporter takes the event, before it handles it, and the exporter takes
+// the next batch, here an empty one, only after handling the one before.
+// So a scrape after Stats.Flush has the whole flush.
+func (s *promSink) Flush() { s.send(nil) }
 
 // Close closes the listener and its connections (a scrape in flight is
 // given up to a second), then stops the exporter; later stats are

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/statsd_exporter/pkg/event"
 
 	"github.com/sluicehq/sluice/config"
 )
@@ -128,4 +131,34 @@ func BenchmarkCalled(b *testing.B) {
 			})
 		})
 	}
+}
+
+// Flush returns only once the exporter has handled every event sent
+// before it, not when it has taken the last: here an exporter that takes
+// 20 ms to handle each. (TestPrometheusServesAndCloses, which scrapes
+// right after a flush, failed on a busy CI machine without it.)
+func TestPromSinkFlushWaitsForTheExporter(t *testing.T) {
+	s := &promSink{events: make(chan event.Events)}
+	var handled atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for evs := range s.events {
+			time.Sleep(20 * time.Millisecond)
+			handled.Add(int64(len(evs)))
+		}
+	}()
+	s.FlushCounter("a", 1)
+	s.FlushGauge("b", 2)
+	s.FlushTimer("c", 3)
+	s.Flush()
+	if n := handled.Load(); n != 3 {
+		t.Fatalf("Flush returned with %d of 3 events handled", n)
+	}
+	s.mu.Lock()
+	s.closed = true
+	close(s.events)
+	s.mu.Unlock()
+	<-done
+	s.Flush() // after close: dropped, no panic
 }
