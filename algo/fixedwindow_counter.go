@@ -107,7 +107,7 @@ type counter struct {
 	err    error
 	next   int64  // the count before the next op, in arrival order
 	end    int64  // the end of the counter's window, Unix µs
-	hash   uint64 // key's in the store's expiryMemo, when ttl > expiryGrace
+	hash   uint64 // key's in the store's expiryMemo; 0: the batch did not look it up (ttl ≤ expiryGrace)
 	expire bool   // the batch sends the counter's EXPIRE
 
 	incr *redis.IntCmd
@@ -257,7 +257,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			b.cmds = append(b.cmds, c.get)
 			continue
 		}
-		if c.expire = true; c.ttl > int64(expiryGrace/time.Second) {
+		if c.expire, c.hash = true, 0; c.ttl > int64(expiryGrace/time.Second) {
 			if memo == nil {
 				memo = s.expiryMemo(sent)
 				sec = memo.sec(sent)
@@ -311,7 +311,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			if total, c.err = c.incr.Result(); c.err == nil {
 				c.err = c.exp.Err()
 			}
-			if c.err == nil && c.exp.Val() && memo != nil && c.ttl > int64(expiryGrace/time.Second) {
+			if c.err == nil && c.exp.Val() && c.hash != 0 {
 				memo.put(c.hash, memo.until(sec, c), sec)
 			}
 		default:

@@ -37,6 +37,12 @@ import (
 // (a window of a second, of ten) gets its EXPIRE with every INCRBY.
 const expiryGrace = 10 * time.Second
 
+// horizon is the least second of expiry that is fresh at the second now:
+// expiryGrace after now, which is rounded up.
+func horizon(now uint32) uint64 {
+	return uint64(now) + 1 + uint64(expiryGrace/time.Second)
+}
+
 // expirySlots is the size of a store's expiryMemo: 2 MiB, made when the
 // store first gives a counter an expiry. Two slots a key's hash may use;
 // a counter that finds both taken by counters still known to expire later
@@ -85,11 +91,10 @@ func (m *expiryMemo) pair(h uint64) []atomic.Uint64 {
 // the second is rounded up here).
 func (m *expiryMemo) fresh(h uint64, now uint32) bool {
 	tag := uint32(h >> 32)
-	need := uint64(now) + 1 + uint64(expiryGrace/time.Second)
 	p := m.pair(h)
 	for i := range p {
 		if v := p[i].Load(); uint32(v>>32) == tag {
-			return uint64(uint32(v)) >= need
+			return uint64(uint32(v)) >= horizon(now)
 		}
 	}
 	return false
@@ -100,8 +105,7 @@ func (m *expiryMemo) fresh(h uint64, now uint32) bool {
 // where the entry stops being fresh: no INCRBY of the counter comes after
 // its window, and its slot is free for another.
 func (m *expiryMemo) until(sent uint32, c *counter) uint32 {
-	end := uint64(m.sec(time.UnixMicro(c.end))) + 1 + uint64(expiryGrace/time.Second)
-	return uint32(min(uint64(sent)+uint64(c.ttl), end, 1<<32-1))
+	return uint32(min(uint64(sent)+uint64(c.ttl), horizon(m.sec(time.UnixMicro(c.end))), 1<<32-1))
 }
 
 // put remembers that the counter of hash h cannot expire before the
@@ -118,7 +122,7 @@ func (m *expiryMemo) put(h uint64, until, now uint32) {
 			p[i].Store(v)
 			return
 		}
-		if free < 0 && (old == 0 || uint64(uint32(old)) < uint64(now)+1+uint64(expiryGrace/time.Second)) {
+		if free < 0 && (old == 0 || uint64(uint32(old)) < horizon(now)) {
 			free = i
 		}
 	}
