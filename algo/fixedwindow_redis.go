@@ -185,6 +185,12 @@ func (s *fixedWindowRedis) SendCheck(ctx context.Context, req sluice.Request, a 
 	return s.batcher.Send(ctx, o, a), true
 }
 
+var _ coalesce.Sender = (*fixedWindowRedis)(nil)
+
+// Sends says whether SendCheck sends a check: whether the store
+// coalesces.
+func (s *fixedWindowRedis) Sends(sluice.Request) bool { return s.batcher != nil }
+
 func (s *fixedWindowRedis) run(ctx context.Context, o fwOp) (sluice.Result, error) {
 	if s.batcher != nil {
 		if o.counter != "" {

@@ -87,6 +87,19 @@ func (r *Router) SendCheck(ctx context.Context, req sluice.Request, a coalesce.A
 	return nil, false
 }
 
+var _ coalesce.Sender = (*Router)(nil)
+
+// Sends says whether SendCheck sends req: whether the store of its
+// algorithm can (coalesce.Sender).
+func (r *Router) Sends(req sluice.Request) bool {
+	st, err := r.store(&req)
+	if err != nil {
+		return false
+	}
+	sd, ok := st.(coalesce.Sender)
+	return ok && sd.Sends(req)
+}
+
 // Adjust adjusts req's buckets in the store of its algorithm.
 func (r *Router) Adjust(ctx context.Context, req sluice.Request, delta int64) (sluice.Result, error) {
 	st, err := r.store(&req)

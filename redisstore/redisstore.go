@@ -169,6 +169,10 @@ func (s *Store) SendCheck(ctx context.Context, req sluice.Request, a coalesce.An
 	return s.batcher.Send(ctx, o, a), true
 }
 
+// Sends says whether SendCheck sends a check: whether the store
+// coalesces.
+func (s *Store) Sends(sluice.Request) bool { return s.batcher != nil }
+
 // checkOp returns the op of req's check, or why req is not a valid one:
 // what Check and SendCheck send.
 func checkOp(req sluice.Request) (op, error) {

@@ -23,7 +23,9 @@ import (
 // would for the worker's, and the store's own flusher answers it
 // (job.Answer). A caller that leaves withdraws a check still queued, so
 // that its call slot is given back at once, as a worker's is when the
-// store returns.
+// store returns. Such checks hold slots of their own (Options.MaxSent),
+// not the workers': what bounds the workers is the store client's
+// connections, which a queued check does not hold.
 
 // job is one call to the wrapped store. Its callCtx is the context the
 // store sees. A job whose caller left before the answer (gave up, or its
@@ -35,6 +37,7 @@ type job struct {
 	s      *Store
 	b      *breaker
 	sent   coalesce.Withdrawer // a check sent to s.sender, until answered
+	slots  chan struct{}       // where its call slot is given back
 	adjust bool
 	req    sluice.Request // a Check, or an Adjust by delta
 	delta  int64
@@ -89,17 +92,19 @@ func (s *Store) run(j *job) {
 // run, or from the store's flusher for a check sent to s.sender.
 func (j *job) Answer(res sluice.Result, err error) {
 	s := j.s
-	<-s.slots
+	<-j.slots
 	if err == nil || invalid(err) {
 		j.b.answered(s.clock())
 	}
 	j.done <- answer{res, err} // j is its caller's from here on
 }
 
-// send sends j's check to s.sender, when the store is one; false when
-// the job is for a worker.
+// send sends j's check to s.sender, when it holds a slot of s.sendSlots
+// (the sender said it Sends the check); false when the job is for a
+// worker. A sender that breaks its word (Sends, then SendCheck false) has
+// its check run on a worker all the same, counted in s.sendSlots.
 func (s *Store) send(j *job) bool {
-	if s.sender == nil || j.adjust {
+	if j.slots != s.sendSlots {
 		return false
 	}
 	w, ok := s.sender.SendCheck(&j.callCtx, j.req, j)
@@ -209,22 +214,23 @@ func (s *Store) call(ctx context.Context, b *breaker, sent int64, j *job) (sluic
 	}
 }
 
-// checkJob returns a job that checks req.
-func checkJob(req sluice.Request) *job {
+// checkJob returns a job that checks req, holding a call slot of slots.
+func checkJob(req sluice.Request, slots chan struct{}) *job {
 	j := jobs.Get().(*job)
-	j.adjust, j.req = false, req
+	j.adjust, j.req, j.slots = false, req, slots
 	return j
 }
 
-// adjustJob returns a job that adjusts req's buckets by delta.
-func adjustJob(req sluice.Request, delta int64) *job {
+// adjustJob returns a job that adjusts req's buckets by delta, holding a
+// call slot of s.slots.
+func (s *Store) adjustJob(req sluice.Request, delta int64) *job {
 	j := jobs.Get().(*job)
-	j.adjust, j.req, j.delta = true, req, delta
+	j.adjust, j.req, j.delta, j.slots = true, req, delta, s.slots
 	return j
 }
 
 // putJob keeps j, answered, for reuse, holding on to nothing of its call.
 func putJob(j *job) {
-	j.parent, j.b, j.s, j.sent, j.req = nil, nil, nil, nil, sluice.Request{}
+	j.parent, j.b, j.s, j.sent, j.req, j.slots = nil, nil, nil, nil, sluice.Request{}, nil
 	jobs.Put(j)
 }

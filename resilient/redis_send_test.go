@@ -257,6 +257,11 @@ func TestRedisFrozenSentChecksLeave(t *testing.T) {
 // are recorded as they are answered.
 type sentFailureTimes struct{ *failureTimes }
 
+func (f sentFailureTimes) Sends(req sluice.Request) bool {
+	sd, ok := f.Store.(coalesce.Sender)
+	return ok && sd.Sends(req)
+}
+
 func (f sentFailureTimes) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
 	sd, ok := f.Store.(coalesce.Sender)
 	if !ok {

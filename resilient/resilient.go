@@ -16,7 +16,11 @@
 //   - A bound on the calls in flight. At most Options.MaxInFlight calls
 //     are on their way to the store at once (fewer than the Redis client's
 //     connections, so no call waits for a pooled connection under its
-//     deadline). A check that finds them all busy waits for a slot, at most
+//     deadline). Checks sent to a store that queues them (the Redis
+//     stores coalescing) hold no connection while they wait, and are
+//     bounded apart, by Options.MaxSent: the more of them queue while a
+//     batch is on its way, the more checks the next round trip carries.
+//     A check that finds them all busy waits for a slot, at most
 //     QueueWait, and the deadline starts only when it has one: waiting in
 //     front of the store is load, not a failure of the store. A check that
 //     waited QueueWait is decided by the local bucket (as Local below) and
@@ -219,6 +223,16 @@ type Options struct {
 	// deadline. Zero means 32.
 	MaxInFlight int
 
+	// MaxSent bounds, apart from MaxInFlight, the checks sent to a store
+	// that queues them (coalesce.Sender: the Redis stores coalescing)
+	// and not yet answered. Such a check holds no connection while it
+	// waits (its batch takes one for all of its checks), and the more of
+	// them wait while a batch is on its way, the more the next batch
+	// carries: held to MaxInFlight, a batch carried a few checks where
+	// hundreds of callers were waiting. Zero means 64 × MaxInFlight
+	// (2,048 by default).
+	MaxSent int
+
 	// QueueWait bounds how long a check waits for a call slot when
 	// MaxInFlight calls are in flight; then the local bucket decides it.
 	// Zero means one second.
@@ -312,7 +326,8 @@ type Store struct {
 	instances  int64
 	timeout    time.Duration
 	queueWait  time.Duration
-	slots      chan struct{} // one token per call in flight
+	slots      chan struct{} // one token per call in flight on a worker
+	sendSlots  chan struct{} // one token per check sent to sender, unanswered
 	handoff    chan *job     // to a parked worker (call.go)
 	classify   func(error) Reason
 	scope      func(string) string
@@ -373,6 +388,11 @@ func New(primary sluice.Store, opts Options) *Store {
 		inFlight = 32
 	}
 	s.slots = make(chan struct{}, inFlight)
+	sent := opts.MaxSent
+	if sent <= 0 {
+		sent = 64 * inFlight
+	}
+	s.sendSlots = make(chan struct{}, sent)
 	s.handoff = make(chan *job)
 	logger := opts.Logger
 	if logger == nil {
@@ -515,7 +535,11 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		forget()
 		return s.fallback(ctx, &req, ErrCircuitOpen, ReasonCircuitOpen)
 	}
-	if err := s.acquire(ctx, now); err != nil {
+	slots := s.slots
+	if s.sender != nil && s.sender.Sends(req) {
+		slots = s.sendSlots
+	}
+	if err := s.acquire(ctx, now, slots); err != nil {
 		b.abandon(probe, s.clock())
 		forget()
 		if err == ErrBusy {
@@ -524,7 +548,7 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 		return sluice.Result{}, Report{Key: req.Key}, err // the caller gave up
 	}
 	sent := s.clock()
-	res, err := s.call(ctx, b, sent, checkJob(req))
+	res, err := s.call(ctx, b, sent, checkJob(req, slots))
 	end := s.clock()
 	if err != nil && !invalid(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -573,19 +597,20 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	return res, s.decided(Report{Source: FromStore, Key: req.Key, Allowed: res.Allowed}), nil
 }
 
-// acquire takes a call slot, waiting at most the queue wait (and not past
-// ctx's deadline) when every slot is taken. It returns ErrBusy when the
-// wait ran out, ctx's error when the caller gave up.
-func (s *Store) acquire(ctx context.Context, now int64) error {
+// acquire takes a call slot of slots (s.slots, or s.sendSlots for a check
+// sent to s.sender), waiting at most the queue wait (and not past ctx's
+// deadline) when every slot is taken. It returns ErrBusy when the wait
+// ran out, ctx's error when the caller gave up.
+func (s *Store) acquire(ctx context.Context, now int64, slots chan struct{}) error {
 	select {
-	case s.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return nil
 	default:
 	}
 	t := getTimer(s.queueWait)
 	defer putTimer(t)
 	select {
-	case s.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		s.metrics.queueWait.Observe(float64(s.clock()-now) / 1e9)
 		return nil
 	case <-t.C:
@@ -618,7 +643,7 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sl
 	probe, ok := b.allow(now)
 	cause, reason := ErrCircuitOpen, ReasonCircuitOpen
 	if ok {
-		if err := s.acquire(ctx, now); err != nil {
+		if err := s.acquire(ctx, now, s.slots); err != nil {
 			b.abandon(probe, s.clock())
 			if err != ErrBusy {
 				return sluice.Result{}, err
@@ -628,7 +653,7 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sl
 			return s.adjustLocally(ctx, req, delta)
 		}
 		sent := s.clock()
-		res, err := s.call(ctx, b, sent, adjustJob(req, delta))
+		res, err := s.call(ctx, b, sent, s.adjustJob(req, delta))
 		end := s.clock()
 		if err == nil || invalid(err) {
 			s.metrics.observeCall(end-sent, reasonNone)

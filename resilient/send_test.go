@@ -3,6 +3,7 @@ package resilient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -63,6 +64,8 @@ func (s *sender) send(ctx context.Context, reqs []sluice.Request, res []sluice.R
 func (s *sender) SendCheck(ctx context.Context, req sluice.Request, a coalesce.Answerer) (coalesce.Withdrawer, bool) {
 	return s.queue.Send(ctx, req, a), true
 }
+
+func (s *sender) Sends(sluice.Request) bool { return true }
 
 func (s *sender) Check(ctx context.Context, req sluice.Request) (sluice.Result, error) {
 	s.checks.Add(1)
@@ -129,12 +132,13 @@ func TestSentCheckNeedsNoWorker(t *testing.T) {
 
 // A sent check whose store does not answer is left at its caller's
 // deadline and decided by the failure policy. A check whose batch is on
-// its way keeps its call slot until the store answers (the bound on calls
-// in flight holds); one still queued behind it is withdrawn when its
+// its way keeps its slot until the store answers (the bound on checks
+// sent, MaxSent, holds); one still queued behind it is withdrawn when its
 // caller leaves, so its slot is free at once and nothing is spent for it.
 func TestSentCheckLeavesAtTheDeadline(t *testing.T) {
+	// One worker slot: the sent checks' two slots are their own.
 	opts := resilient.Options{
-		OnError: resilient.Open, Timeout: time.Minute, MaxInFlight: 2, QueueWait: time.Millisecond, FailureThreshold: 1000,
+		OnError: resilient.Open, Timeout: time.Minute, MaxInFlight: 1, MaxSent: 2, QueueWait: time.Millisecond, FailureThreshold: 1000,
 	}
 	rules := []sluice.Rule{{Rate: 1, Burst: 100}}
 	req := func(key string) sluice.Request { return sluice.Request{Key: key, Cost: 1, Rules: rules} }
@@ -177,7 +181,7 @@ func TestSentCheckLeavesAtTheDeadline(t *testing.T) {
 	// store of one slot, with x's batch hung, y is busy.
 	snd1 := newSender(t, 1)
 	opts1 := opts
-	opts1.MaxInFlight = 1
+	opts1.MaxInFlight, opts1.MaxSent = 8, 1
 	s1 := newStore(t, snd1, opts1)
 	x := hang(s1, snd1, "x")
 	if _, d, _ := short(s1, "y"); d.Reason != resilient.ReasonBusy {
@@ -204,6 +208,59 @@ func TestSentCheckLeavesAtTheDeadline(t *testing.T) {
 		}
 	}
 	if n := snd.checks.Load() + snd1.checks.Load(); n != 0 {
+		t.Errorf("%d checks went to Check on a worker", n)
+	}
+}
+
+// Checks sent to a store that queues them are bounded by MaxSent, not by
+// MaxInFlight (which bounds the calls on workers, each holding one of the
+// store client's connections): with one worker slot and a batch on its
+// way that the store does not answer, 40 more checks queue for the next
+// batch instead of being decided as busy, and the store decides all of
+// them, two batches, once it answers. Held to MaxInFlight, 39 of them
+// were busy and a batch carried one check.
+func TestSentChecksBoundedApart(t *testing.T) {
+	ctx := context.Background()
+	snd := newSender(t, 1) // one batch on its way at a time
+	s := newStore(t, snd, resilient.Options{OnError: resilient.Open, Timeout: time.Minute, MaxInFlight: 1, QueueWait: time.Millisecond, FailureThreshold: 1000})
+	rules := []sluice.Rule{{Rate: 1, Burst: 100}}
+	const n = 40
+	reports := make(chan resilient.Report, n+1)
+	check := func(key string) {
+		_, d, err := s.CheckDecision(ctx, sluice.Request{Key: key, Cost: 1, Rules: rules})
+		if err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+		reports <- d
+	}
+	go check("first")
+	select {
+	case <-snd.entered: // first's batch is on its way, unanswered
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never went")
+	}
+	for i := range n {
+		go check(fmt.Sprint("k", i))
+	}
+	// The 40 are queued once the queue holds them all: wait for that,
+	// not for a time.
+	deadline := time.Now().Add(30 * time.Second)
+	for snd.queue.Queued() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if q := snd.queue.Queued(); q != n {
+		t.Fatalf("%d checks queued behind the batch on its way, want %d", q, n)
+	}
+	snd.open()
+	for range n + 1 {
+		if d := <-reports; d.Source != resilient.FromStore {
+			t.Errorf("a check: %+v; want decided by the store", d)
+		}
+	}
+	if got := snd.sent.Load(); got != n+1 {
+		t.Errorf("the store decided %d checks, want %d", got, n+1)
+	}
+	if n := snd.checks.Load(); n != 0 {
 		t.Errorf("%d checks went to Check on a worker", n)
 	}
 }

@@ -65,8 +65,15 @@ type Withdrawer interface {
 // called exactly once, maybe before SendCheck returns (then w is nil).
 // ctx's deadline bounds the store call; its values may not reach the
 // store, since a batch goes with a context of its own.
+//
+// Sends says, before a check is sent, whether SendCheck would send req
+// (true) or return false: the caller bounds the checks it sends apart
+// from the calls it makes on goroutines of its own, since a sent check
+// waits in a queue and holds no connection while it waits. Its answer
+// for a request does not change while the store is open.
 type Sender interface {
 	SendCheck(ctx context.Context, req sluice.Request, a Answerer) (w Withdrawer, ok bool)
+	Sends(req sluice.Request) bool
 }
 
 // Batcher queues the ops of concurrent callers and sends them in batches.

@@ -74,13 +74,11 @@ func TestCallCaps(t *testing.T) {
 	}
 }
 
-// envoy_rls.max_in_flight_per_domain: while Redis is paused, two calls of
-// domain a hold both of a's slots, waiting for the store (timeout 5s); a
-// third call of a is refused with RESOURCE_EXHAUSTED once domain_wait
-// (50ms) passed, before the store answers the others, and a call of
-// domain b, which has slots of its own, is decided (on_error: open).
-// Before the bound the third call waited for the store like the others.
-func TestDomainSlots(t *testing.T) {
+// twoDomains serves domains a and b, two slots each (domain_wait 50ms),
+// on a Redis of its own without coalescing (timeout 5s, on_error open),
+// and returns the Redis, the service and a call of a domain for a user.
+func twoDomains(t *testing.T) (*redistest.Server, *served, func(domain, user string) error) {
+	t.Helper()
 	srv := redistest.Start(t)
 	s := serveRLS(t, "max_in_flight_per_domain: 2, domain_wait: 50ms",
 		"store: {type: redis, on_error: open, redis: {url: \""+srv.URL()+"\", timeout: 5s, coalesce: false}}\n",
@@ -92,11 +90,27 @@ func TestDomainSlots(t *testing.T) {
 		_, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", user)}})
 		return err
 	}
+	return srv, s, call
+}
+
+// envoy_rls.max_in_flight_per_domain: while Redis is paused and domain b
+// is called too, two calls of domain a hold both of a's slots, waiting for
+// the store (timeout 5s); a third call of a is refused with
+// RESOURCE_EXHAUSTED once domain_wait (50ms) passed, before the store
+// answers the others, and a call of domain b, which has slots of its own,
+// is decided (on_error: open). Before the bound the third call waited for
+// the store like the others.
+func TestDomainSlots(t *testing.T) {
+	srv, s, call := twoDomains(t)
 	if err := call("a", "warm"); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
 	defer srv.Resume()
+	// b is called (it waits for the store, then the open policy decides
+	// it): a is not alone.
+	other := make(chan error, 1)
+	go func() { other <- call("b", "warm") }()
 	// Three calls of a at once: two take its slots and wait for the
 	// store; the third is answered first, refused.
 	results := make(chan error, 3)
@@ -119,6 +133,51 @@ func TestDomainSlots(t *testing.T) {
 	for range 2 {
 		if err := <-results; err != nil {
 			t.Errorf("a call that held a slot: %v", err)
+		}
+	}
+	if err := <-other; err != nil {
+		t.Errorf("b's first call: %v", err)
+	}
+}
+
+// A domain alone (no other domain called within the last second) is not
+// held to max_in_flight_per_domain: while Redis is paused, three calls of
+// a, which has two slots, all wait for the store, and none is refused
+// after domain_wait (50ms); all three are decided once Redis answers.
+// Held to its slots, the third was refused. Once another domain is
+// called, a's calls are held to its slots again (TestDomainSlots).
+func TestDomainAloneIsNotHeld(t *testing.T) {
+	srv, s, call := twoDomains(t)
+	// a alone, for more than a second: b's warm-up call is long past.
+	if err := call("b", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if err := call("a", "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	results := make(chan error, 3)
+	for _, u := range []string{"u1", "u2", "u3"} {
+		go func() { results <- call("a", u) }()
+	}
+	// Held to its slots, the third call was refused 50ms after it came;
+	// ten times that without an answer is enough to see it was not (on a
+	// machine so slow that the calls had not come yet, this proves
+	// nothing, and fails nothing).
+	select {
+	case err := <-results:
+		t.Fatalf("a call of a, alone, answered while Redis is paused: %v; want it waiting for the store", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := s.rejections(t, "in_flight_per_domain"); n != 0 {
+		t.Errorf("rejections in_flight_per_domain: %d, want 0", n)
+	}
+	srv.Resume()
+	for range 3 {
+		if err := <-results; err != nil {
+			t.Errorf("a call of a, alone: %v; want its answer", err)
 		}
 	}
 }

@@ -55,6 +55,25 @@ func (d *domainSlots) inN(name string) bool {
 	return d.n[name] != nil
 }
 
+// others records a call of another domain than those of the tests, so
+// that their domains are not alone and are held to their slots.
+func (d *domainSlots) others() {
+	d.mu.Lock()
+	d.seen("another domain", time.Now())
+	d.mu.Unlock()
+}
+
+// take acquires a slot of name's, and fails t when the call got none or
+// goes on without one.
+func (d *domainSlots) take(t *testing.T, ctx context.Context, name string) *domain {
+	t.Helper()
+	dm, held := d.acquire(ctx, name)
+	if dm == nil || !held {
+		t.Fatalf("%s: no slot (entry %p)", name, dm)
+	}
+	return dm
+}
+
 // cancelled is a context already ended: acquire with it takes a free slot
 // or returns nil at once.
 func cancelled() context.Context {
@@ -72,30 +91,24 @@ func TestKnownDomainSlots(t *testing.T) {
 	r.rls.Store(rlsOf(t, "a"))
 	d := slotsOf(&r, 2)
 	ctx := context.Background()
-	a := d.acquire(ctx, "a")
-	if a == nil {
-		t.Fatal("a: no slot")
-	}
+	a := d.take(t, ctx, "a")
 	if d.inN("a") {
 		t.Error("a, a domain of the configuration: in the map of the lock")
 	}
-	d.release("a", a)
-	if again := d.acquire(ctx, "a"); again != a {
+	d.release("a", a, true)
+	if again := d.take(t, ctx, "a"); again != a {
 		t.Errorf("a after its calls ended: entry %p; want the same entry %p (no new channel)", again, a)
 	} else {
-		d.release("a", again)
+		d.release("a", again, true)
 	}
 	if n := a.users.Load(); n != 0 {
 		t.Errorf("a's users once its calls ended: %d; want 0", n)
 	}
-	z := d.acquire(ctx, "made-up")
-	if z == nil {
-		t.Fatal("made-up: no slot")
-	}
+	z := d.take(t, ctx, "made-up")
 	if !d.inN("made-up") {
 		t.Error("made-up, called: no entry in the map of the lock")
 	}
-	d.release("made-up", z)
+	d.release("made-up", z, true)
 	if d.inN("made-up") {
 		t.Error("made-up once its calls ended: its entry is still held")
 	}
@@ -122,10 +135,10 @@ func TestDomainSlotsReload(t *testing.T) {
 	if d.inN("a") {
 		t.Error("a added: still in the map of the lock")
 	}
-	if dm := d.acquire(context.Background(), "a"); dm != held {
+	if dm := d.take(t, context.Background(), "a"); dm != held {
 		t.Errorf("a added: entry %p; want the entry of its call in flight %p", dm, held)
 	} else {
-		d.release("a", dm)
+		d.release("a", dm, true)
 	}
 }
 
@@ -134,15 +147,13 @@ func TestDomainSlotsReload(t *testing.T) {
 // and ends the first call, whose entry it returns.
 func reloadHolding(t *testing.T, d *domainSlots, r *reloadable, rls *config.EnvoyRLS, what string) *domain {
 	t.Helper()
-	held := d.acquire(context.Background(), "a")
-	if held == nil {
-		t.Fatal("a: no slot")
-	}
+	held := d.take(t, context.Background(), "a")
 	r.rls.Store(rls)
-	if dm := d.acquire(cancelled(), "a"); dm != nil {
-		t.Fatalf("a %s by a reload while its one slot is held: a second call took a slot", what)
+	d.others() // a is not alone: it is held to its slot
+	if dm, _ := d.acquire(cancelled(), "a"); dm != nil {
+		t.Fatalf("a %s by a reload while its one slot is held: a second call went on", what)
 	}
-	d.release("a", held)
+	d.release("a", held, true)
 	return held
 }
 
@@ -170,16 +181,20 @@ func TestDomainSlotsReloadsInFlight(t *testing.T) {
 				default:
 				}
 				k := i % len(names)
-				dm := d.acquire(ctx, names[k])
+				dm, held := d.acquire(ctx, names[k])
 				if dm == nil {
 					t.Errorf("%s: no slot", names[k])
 					return
 				}
-				if holding[k].Add(1) > max {
+				// A call that went on without a slot (its domain
+				// alone, at the start) holds none.
+				if held && holding[k].Add(1) > max {
 					over.Add(1)
 				}
-				holding[k].Add(-1)
-				d.release(names[k], dm)
+				if held {
+					holding[k].Add(-1)
+				}
+				d.release(names[k], dm, held)
 			}
 		})
 	}

@@ -385,12 +385,12 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, err
 	}
 	name := r.GetDomain()
-	dm := s.domains.acquire(ctx, name)
+	dm, held := s.domains.acquire(ctx, name)
 	if dm == nil {
 		s.opts.Rejected("in_flight_per_domain")
 		return nil, status.Errorf(codes.ResourceExhausted, "sluice is deciding as many calls of domain %q as it may at once (envoy_rls.max_in_flight_per_domain %d) and none ended within %v; retry shortly", name, s.opts.MaxInFlightPerDomain, s.opts.DomainWait)
 	}
-	defer s.domains.release(name, dm)
+	defer s.domains.release(name, dm, held)
 	if s.domains.restFactor <= 0 {
 		return handler(ctx, req) // no pacing: no clock read
 	}
@@ -430,6 +430,14 @@ func (s *Server) bound(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // that calls of other domains take. Any other domain's entry is held,
 // under mu, only while it has calls in flight, so that domains a client
 // makes up cost nothing once their calls end.
+//
+// A domain alone (no other domain called within the last second) is not
+// held to its slots: there is no other domain's call to keep from
+// waiting behind it, and holding it to them only made its calls wait
+// and be refused while the process and the store had room (their
+// batches, which carry the checks in flight, stayed small). A call of
+// it beyond its slots goes on without one; once another domain is
+// called, its next calls take slots again, and those beyond wait.
 //
 // A domain beyond its share (calls of it waiting for a slot) while
 // another domain was called within the last second is paced: each of its
@@ -502,28 +510,33 @@ type domain struct {
 	_ [40]byte
 }
 
-// acquire returns the domain's slot to release, or nil when none came
-// within the wait or before ctx ended.
-func (d *domainSlots) acquire(ctx context.Context, name string) *domain {
-	dm := d.enterKnown(name)
+// acquire returns the domain's entry to release, and whether the call
+// holds one of its slots (held false: the domain is alone, and the call
+// goes on without one); nil when no slot came within the wait or before
+// ctx ended.
+func (d *domainSlots) acquire(ctx context.Context, name string) (dm *domain, held bool) {
+	dm = d.enterKnown(name)
 	if dm == nil {
 		dm = d.enter(name)
 	}
 	select {
 	case dm.slots <- struct{}{}:
-		return dm
+		return dm, true
 	default:
+	}
+	if !d.othersCalled(name) {
+		return dm, false
 	}
 	t := time.NewTimer(d.wait)
 	defer t.Stop()
 	select {
 	case dm.slots <- struct{}{}:
-		return dm
+		return dm, true
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	d.leave(name, dm)
-	return nil
+	return nil, false
 }
 
 // enterKnown counts a call of name in its entry and returns it when the
@@ -549,14 +562,12 @@ func (d *domainSlots) enterKnown(name string) *domain {
 		d.leave(name, dm)
 		return nil
 	}
-	if d.restFactor > 0 {
-		now := time.Now()
-		at := int64(now.Sub(epoch)) + 1
-		if last := dm.seenAt.Load(); (last == 0 || at-last >= int64(seenEvery)) && dm.seenAt.CompareAndSwap(last, at) {
-			d.mu.Lock()
-			d.seen(name, now)
-			d.mu.Unlock()
-		}
+	now := time.Now()
+	at := int64(now.Sub(epoch)) + 1
+	if last := dm.seenAt.Load(); (last == 0 || at-last >= int64(seenEvery)) && dm.seenAt.CompareAndSwap(last, at) {
+		d.mu.Lock()
+		d.seen(name, now)
+		d.mu.Unlock()
 	}
 	return dm
 }
@@ -566,9 +577,7 @@ func (d *domainSlots) enterKnown(name string) *domain {
 func (d *domainSlots) enter(name string) *domain {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.restFactor > 0 {
-		d.seen(name, time.Now())
-	}
+	d.seen(name, time.Now())
 	dm := d.n[name]
 	if dm == nil {
 		if k := d.known.Load(); k != nil {
@@ -654,20 +663,29 @@ func (d *domainSlots) rest(name string, dm *domain, took time.Duration) time.Dur
 	if int(dm.users.Load()) <= d.max {
 		return 0 // within its share: the usual case, and no lock
 	}
+	if !d.othersCalled(name) {
+		return 0
+	}
+	return min(time.Duration(d.restFactor)*took, d.wait)
+}
+
+// othersCalled says whether a domain other than name was called within
+// otherDomainWithin.
+func (d *domainSlots) othersCalled(name string) bool {
 	d.mu.Lock()
 	other := d.recent[0]
 	if other.name == name {
 		other = d.recent[1]
 	}
 	d.mu.Unlock()
-	if other.at.IsZero() || time.Since(other.at) > otherDomainWithin {
-		return 0
-	}
-	return min(time.Duration(d.restFactor)*took, d.wait)
+	return !other.at.IsZero() && time.Since(other.at) <= otherDomainWithin
 }
 
-func (d *domainSlots) release(name string, dm *domain) {
-	<-dm.slots
+// release gives back a call's slot (held) and uncounts it.
+func (d *domainSlots) release(name string, dm *domain, held bool) {
+	if held {
+		<-dm.slots
+	}
 	d.leave(name, dm)
 }
 

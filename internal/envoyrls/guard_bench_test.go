@@ -95,12 +95,12 @@ func BenchmarkDomainSlots(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				name := c.domains[int(next.Add(1))%len(c.domains)]
 				for pb.Next() {
-					dm := s.domains.acquire(ctx, name)
+					dm, held := s.domains.acquire(ctx, name)
 					if dm == nil {
 						b.Error("no slot")
 						return
 					}
-					s.domains.release(name, dm)
+					s.domains.release(name, dm, held)
 				}
 			})
 		})

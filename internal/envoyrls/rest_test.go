@@ -22,30 +22,20 @@ import (
 func TestBusyDomainRest(t *testing.T) {
 	d := &domainSlots{max: 1, wait: time.Second, restFactor: 4, n: make(map[string]*domain)}
 	ctx := context.Background()
-	a := d.acquire(ctx, "a")
-	if a == nil {
-		t.Fatal("domain a: no slot")
-	}
+	a := d.take(t, ctx, "a")
 	if got := d.rest("a", a, 10*time.Millisecond); got != 0 {
 		t.Errorf("a within its share, alone: rest %v; want 0", got)
 	}
-	// A second call of a waits for a's slot: a is beyond its share.
-	waiting := make(chan *domain)
-	go func() { waiting <- d.acquire(ctx, "a") }()
-	for {
-		d.mu.Lock()
-		users := a.users.Load()
-		d.mu.Unlock()
-		if users == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	// A second call of a, alone, goes on without a slot: a is beyond its
+	// share.
+	second, held := d.acquire(ctx, "a")
+	if second != a || held {
+		t.Fatalf("a second call of a, alone: entry %p, holding a slot %v; want a's entry %p, no slot", second, held, a)
 	}
 	if got := d.rest("a", a, 10*time.Millisecond); got != 0 {
 		t.Errorf("a beyond its share, no other domain called: rest %v; want 0", got)
 	}
-	b := d.acquire(ctx, "b")
-	d.release("b", b)
+	d.release("b", d.take(t, ctx, "b"), true)
 	if got := d.rest("a", a, 10*time.Millisecond); got != 40*time.Millisecond {
 		t.Errorf("a beyond its share, b just called: rest %v; want 4 × 10ms", got)
 	}
@@ -65,16 +55,16 @@ func TestBusyDomainRest(t *testing.T) {
 		t.Errorf("b last called %v ago: rest %v; want 0", 2*otherDomainWithin, got)
 	}
 	off := &domainSlots{max: 1, wait: time.Second, n: make(map[string]*domain)}
-	x := off.acquire(ctx, "x")
+	x := off.take(t, ctx, "x")
 	x.users.Add(1) // as if a second call of x waited
-	y := off.acquire(ctx, "y")
-	off.release("y", y)
+	off.release("y", off.take(t, ctx, "y"), true)
 	if got := off.rest("x", x, 10*time.Millisecond); got != 0 {
 		t.Errorf("no rest factor: rest %v; want 0", got)
 	}
-	d.release("a", a)
-	if w := <-waiting; w != a {
-		t.Errorf("the waiting call of a got %p; want a's slots %p", w, a)
+	d.release("a", second, false)
+	d.release("a", a, true)
+	if n := a.users.Load(); n != 0 || len(a.slots) != 0 {
+		t.Errorf("a once its calls ended: %d users, %d slots held; want none", n, len(a.slots))
 	}
 }
 
@@ -135,8 +125,8 @@ func pacedCall(t *testing.T, core *decide.Core, factor int) (took, own time.Dura
 		s.domains.mu.Lock()
 		s.domains.n["a"].users.Add(1)
 		s.domains.mu.Unlock()
-		b := s.domains.acquire(ctx, "b")
-		s.domains.release("b", b)
+		b, held := s.domains.acquire(ctx, "b")
+		s.domains.release("b", b, held)
 		own = time.Since(start)
 		v := core.DecideFor(ctx, p, &decide.Subject{Caller: decide.Caller{ID: "k"}, Authenticated: true, Cost: 1})
 		return v, v.Err

@@ -48,6 +48,14 @@ func (l *leases) Check(ctx context.Context, req sluice.Request) (sluice.Result, 
 	return l.pick(&req).Check(ctx, req)
 }
 
+var _ coalesce.Sender = (*leases)(nil)
+
+// Sends says whether SendCheck sends req: a request without a lease, to
+// a Redis store that coalesces.
+func (l *leases) Sends(req sluice.Request) bool {
+	return req.Lease == nil && l.redis.Sends(req)
+}
+
 // SendCheck sends req's check to the Redis store's coalescing queue
 // without waiting for it (coalesce.Sender), when the store it goes to can
 // send: not a leased request's (its lease store decides it on a worker).
