@@ -115,6 +115,15 @@ type RedisOptions struct {
 
 	// DisableCoalescing sends every check in a script call of its own.
 	DisableCoalescing bool
+
+	// CountersRemade, when set, is told of the fixed window's counters of
+	// sluice.Request.WindowKey that a check found made anew while this
+	// process knew them to hold an expiry at least 10 seconds away (it
+	// then sends their INCRBY without an EXPIRE): the counter was deleted,
+	// expired early (an evicting Redis), or lost by a Redis that
+	// restarted or failed over without it. They are given their expiry
+	// again at once. It must be fast and safe for concurrent use.
+	CountersRemade func(n int)
 }
 
 // Memory returns the in-memory Store of the named algorithm, or an error

@@ -379,6 +379,9 @@ func (s *fixedWindowRedis) reexpire(ctx context.Context, memo *expiryMemo, made 
 	}
 	sent := s.clock()
 	s.reexpired.Add(int64(len(made)))
+	if s.remade != nil {
+		s.remade(len(made))
+	}
 	_, _ = pipe.Exec(ctx)
 	sec := memo.sec(sent)
 	for i, c := range made {

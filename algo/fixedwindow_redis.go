@@ -54,10 +54,11 @@ type fixedWindowRedis struct {
 	reuseCmds bool                       // a batch reuses the commands of one before it: a *redis.Client
 	expiries  atomic.Pointer[expiryMemo] // the counters' expiries it gave (fixedwindow_expiry.go)
 	reexpired atomic.Int64               // counters given their expiry again (reexpire)
+	remade    func(n int)                // RedisOptions.CountersRemade; nil: none
 }
 
 func newFixedWindowRedis(client redis.Scripter, prefix string, opts RedisOptions, marginMs int64) *fixedWindowRedis {
-	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs, jitter: int64(opts.ExpiryJitter / time.Second)}
+	s := &fixedWindowRedis{client: client, prefix: prefix, now: opts.Now, marginMs: marginMs, jitter: int64(opts.ExpiryJitter / time.Second), remade: opts.CountersRemade}
 	if c, ok := client.(interface{ Pipeline() redis.Pipeliner }); ok {
 		s.pipe = c.Pipeline
 		s.batches = make(chan *counterBatch, counterBatches)

@@ -21,6 +21,13 @@ import (
 // listener for reason, from the admin listener's /metrics.
 func (s *served) rejections(t testing.TB, reason string) int {
 	t.Helper()
+	return s.metric(t, `sluice_server_rejections_total{listener="envoy_rls",reason="`+reason+`"}`)
+}
+
+// metric returns the value of series (a name and its labels) from the
+// admin listener's /metrics; 0 where it has none.
+func (s *served) metric(t testing.TB, series string) int {
+	t.Helper()
 	_, admin := s.g.Addrs()
 	resp, err := http.Get("http://" + admin.String() + "/metrics")
 	if err != nil {
@@ -28,15 +35,14 @@ func (s *served) rejections(t testing.TB, reason string) int {
 	}
 	defer resp.Body.Close()
 	metrics, _ := io.ReadAll(resp.Body)
-	series := `sluice_server_rejections_total{listener="envoy_rls",reason="` + reason + `"} `
-	_, v, found := strings.Cut(string(metrics), series)
+	_, v, found := strings.Cut(string(metrics), "\n"+series+" ")
 	if !found {
 		return 0
 	}
 	v, _, _ = strings.Cut(v, "\n")
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		t.Fatalf("%s%q", series, v)
+		t.Fatalf("%s %q", series, v)
 	}
 	return n
 }

@@ -201,8 +201,9 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	// Policies with a lease: (config.Lease) take leases of raw's buckets.
 	leased := &leases{redis: raw}
 	jitter := counterJitter(cfg)
+	remade := countersRemade(g.reg)
 	all, err := newRouter(leased, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn(), ExpiryJitter: jitter})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !cfg.Store.Redis.CoalesceOn(), ExpiryJitter: jitter, CountersRemade: remade})
 	})
 	if err != nil {
 		_ = raw.Close()

@@ -53,8 +53,13 @@ func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter t
 	if err != nil {
 		return nil, nil, err
 	}
+	reg := prometheus.Registerer(nil)
+	if opts.Registerer != nil {
+		reg = prometheus.WrapRegistererWithPrefix("persecond_", opts.Registerer)
+	}
+	remade := countersRemade(reg)
 	all, err := newRouter(raw, func(name string) (algo.Store, error) {
-		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn(), ExpiryJitter: jitter})
+		return algo.Redis(name, client, algo.RedisOptions{DisableCoalescing: !r.CoalesceOn(), ExpiryJitter: jitter, CountersRemade: remade})
 	})
 	if err != nil {
 		_ = raw.Close()
@@ -65,9 +70,7 @@ func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter t
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		opts.Scope, opts.ScopeOf = clusterScope(cc, raw), counterScope(cc)
 	}
-	if opts.Registerer != nil {
-		opts.Registerer = prometheus.WrapRegistererWithPrefix("persecond_", opts.Registerer)
-	}
+	opts.Registerer = reg
 	rs := resilient.New(all, opts)
 	g.layers = append(g.layers, opts)
 	g.perSecondClient = client
@@ -108,4 +111,19 @@ func counterJitter(cfg *config.Config) time.Duration {
 		return up.ExpirationJitter
 	}
 	return 0
+}
+
+// countersRemade registers sluice_store_counters_remade_total with reg
+// and returns what counts into it (algo.RedisOptions.CountersRemade); nil
+// without a registry.
+func countersRemade(reg prometheus.Registerer) func(int) {
+	if reg == nil {
+		return nil
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_counters_remade_total",
+		Help: "Fixed window counters (the Envoy service's) that a check found made anew in Redis while this process knew them to hold an expiry: deleted, evicted, or lost by a Redis that restarted or failed over without them. Each is given its expiry again at once.",
+	})
+	reg.MustRegister(c)
+	return func(n int) { c.Add(float64(n)) }
 }
