@@ -111,12 +111,12 @@ func TestDomainSlots(t *testing.T) {
 	if err := call("a", "warm"); err != nil {
 		t.Fatal(err)
 	}
+	// b is called all along, with a descriptor of no limit (answered
+	// without the store): a is not alone. The calls of a come once one
+	// of b's was answered.
+	keepCalling(t, s, "b")
 	srv.Pause()
 	defer srv.Resume()
-	// b is called (it waits for the store, then the open policy decides
-	// it): a is not alone.
-	other := make(chan error, 1)
-	go func() { other <- call("b", "warm") }()
 	// Three calls of a at once: two take its slots and wait for the
 	// store; the third is answered first, refused.
 	results := make(chan error, 3)
@@ -141,8 +141,38 @@ func TestDomainSlots(t *testing.T) {
 			t.Errorf("a call that held a slot: %v", err)
 		}
 	}
-	if err := <-other; err != nil {
-		t.Errorf("b's first call: %v", err)
+}
+
+// keepCalling calls domain with a descriptor that no limit names, one
+// call at a time, until t ends, so that domain is called within every
+// second; it returns once the first call was answered.
+func keepCalling(t *testing.T, s *served, domain string) {
+	t.Helper()
+	stop, stopped, first := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("no limit", "x")}})
+			cancel()
+			if i == 0 {
+				first <- err
+			} else if err != nil {
+				t.Errorf("a call of %s: %v", domain, err)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-stopped
+	})
+	if err := <-first; err != nil {
+		t.Fatalf("the first call of %s: %v", domain, err)
 	}
 }
 
