@@ -265,12 +265,8 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 			c.hash = memo.hash(c.key)
 			c.expire = !memo.fresh(c.hash, sec)
 		}
-		ttl := c.ttl
-		if s.jitter > 0 {
-			ttl += rand.Int64N(s.jitter)
-		}
 		c.incrArgs[1], c.incrArgs[2] = c.keyArg, rebox(c.incrArgs[2], c.sum)
-		c.expArgs[1], c.expArgs[2] = c.keyArg, rebox(c.expArgs[2], expireSeconds(ttl))
+		c.expArgs[1], c.expArgs[2] = c.keyArg, rebox(c.expArgs[2], s.expirySeconds(c))
 		if c.incr == nil || !s.reuseCmds {
 			c.incr = redis.NewIntCmd(cmdCtx, c.incrArgs[:]...)
 		} else {
@@ -371,14 +367,9 @@ func (s *fixedWindowRedis) reexpire(ctx context.Context, memo *expiryMemo, made 
 	exps := make([]*redis.BoolCmd, len(made))
 	for i, c := range made {
 		memo.forget(c.hash)
-		ttl := c.ttl
-		if s.jitter > 0 {
-			ttl += rand.Int64N(s.jitter)
-		}
-		exps[i] = pipe.Expire(ctx, c.key, time.Duration(expireSeconds(ttl))*time.Second)
+		exps[i] = pipe.Expire(ctx, c.key, time.Duration(s.expirySeconds(c))*time.Second)
 	}
 	sent := s.clock()
-	s.reexpired.Add(int64(len(made)))
 	if s.remade != nil {
 		s.remade(len(made))
 	}
@@ -389,6 +380,16 @@ func (s *fixedWindowRedis) reexpire(ctx context.Context, memo *expiryMemo, made 
 			memo.put(c.hash, memo.until(sec, c), sec)
 		}
 	}
+}
+
+// expirySeconds is the argument of c's EXPIRE: its window's seconds and
+// the jitter, drawn anew.
+func (s *fixedWindowRedis) expirySeconds(c *counter) int64 {
+	ttl := c.ttl
+	if s.jitter > 0 {
+		ttl += rand.Int64N(s.jitter)
+	}
+	return expireSeconds(ttl)
 }
 
 // expireSeconds is the argument of EXPIRE for ttl seconds as go-redis's

@@ -53,7 +53,6 @@ type fixedWindowRedis struct {
 	batches   chan *counterBatch         // kept for the next batches (counterBatch)
 	reuseCmds bool                       // a batch reuses the commands of one before it: a *redis.Client
 	expiries  atomic.Pointer[expiryMemo] // the counters' expiries it gave (fixedwindow_expiry.go)
-	reexpired atomic.Int64               // counters given their expiry again (reexpire)
 	remade    func(n int)                // RedisOptions.CountersRemade; nil: none
 }
 
