@@ -218,7 +218,7 @@ func main() {
 	printTargets(os.Stdout, results, gw)
 	if len(envoy) > 0 {
 		fmt.Println()
-		printEnvoy(os.Stdout, envoy, *envoyRounds)
+		printEnvoy(os.Stdout, envoy, *envoyRounds, cpuSets.load != "")
 	}
 	if envoyNote != "" {
 		fmt.Printf("\nEnvoy rate limit service benchmark not finished: %s\n", envoyNote)

@@ -14,9 +14,9 @@ import (
 // pprofDir, when set (-envoy-pprof), is where the sluice service's
 // profiles of each Envoy load run are written: the service is started
 // with admin.pprof, and for each timed run this process fetches a CPU
-// profile of the run, the goroutines halfway through, and the mutex and
-// block profiles before and after it (compare them with go tool pprof
-// -base). The sampling of mutex and block profiles costs the service a
+// profile of the run, the goroutines halfway through, and the mutex,
+// block and allocs profiles before and after it (compare them with go
+// tool pprof -base; the allocs difference is what the run allocated). The sampling of mutex and block profiles costs the service a
 // little: leave it off for the figures.
 var pprofDir string
 
@@ -40,7 +40,7 @@ type profiler struct {
 // and the halfway goroutine dump of a run of dur; wait collects them.
 func startProfiles(admin, prefix string, dur time.Duration) (*profiler, error) {
 	p := &profiler{admin: admin, prefix: prefix, errs: make(chan error, 4)}
-	for _, name := range []string{"mutex", "block"} {
+	for _, name := range []string{"mutex", "block", "allocs"} {
 		if err := p.fetch(name, name+".before"); err != nil {
 			return nil, err
 		}
@@ -68,7 +68,7 @@ func (p *profiler) wait() error {
 			return err
 		}
 	}
-	for _, name := range []string{"mutex", "block"} {
+	for _, name := range []string{"mutex", "block", "allocs"} {
 		if err := p.fetch(name, name+".after"); err != nil {
 			return err
 		}
