@@ -308,7 +308,7 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 				c.err = c.exp.Err()
 			}
 			if c.err == nil && c.exp.Val() && c.hash != 0 {
-				memo.put(c.hash, memo.until(sec, c), sec)
+				memo.put(c.hash, memo.until(sec, c))
 			}
 		default:
 			if total, c.err = c.incr.Result(); c.err == nil && total == c.sum {
@@ -377,7 +377,7 @@ func (s *fixedWindowRedis) reexpire(ctx context.Context, memo *expiryMemo, made 
 	sec := memo.sec(sent)
 	for i, c := range made {
 		if exps[i].Val() {
-			memo.put(c.hash, memo.until(sec, c), sec)
+			memo.put(c.hash, memo.until(sec, c))
 		}
 	}
 }

@@ -44,10 +44,19 @@ func horizon(now uint32) uint64 {
 }
 
 // expirySlots is the size of a store's expiryMemo: 2 MiB, made when the
-// store first gives a counter an expiry. Two slots a key's hash may use;
-// a counter that finds both taken by counters still known to expire later
-// is not remembered, and every INCRBY of it carries its EXPIRE.
+// store first gives a counter an expiry.
 const expirySlots = 1 << 18
+
+// expiryWays is the slots a key's hash may use: a set of 8, one cache
+// line. A counter put in a set with no free slot and none stale takes the
+// slot of the counter known to expire soonest. Forgetting a counter costs
+// its next INCRBY an EXPIRE, which puts it back; a counter never
+// remembered would carry its EXPIRE with every INCRBY. With two slots a
+// key and no replacement, a counter that came after 100,000 others found
+// no room in about one case of six, and in the Envoy benchmark the hot
+// key, unlucky, sent an EXPIRE with every batch for the rest of the hour
+// (BENCHMARKS.md, 6 December 2026, seventh session).
+const expiryWays = 8
 
 // An expiryMemo is what a store knows of its counters' expiries: a slot
 // holds a counter's tag (the high half of its key's hash, never 0) and the
@@ -80,10 +89,10 @@ func (m *expiryMemo) sec(t time.Time) uint32 {
 	return uint32(min(d/time.Second, 1<<32-1))
 }
 
-// pair is the two slots that key's hash h may use.
-func (m *expiryMemo) pair(h uint64) []atomic.Uint64 {
-	i := h & (expirySlots - 2)
-	return m.slots[i : i+2 : i+2]
+// set is the expiryWays slots that key's hash h may use.
+func (m *expiryMemo) set(h uint64) []atomic.Uint64 {
+	i := h & (expirySlots - 1) &^ (expiryWays - 1)
+	return m.slots[i : i+expiryWays : i+expiryWays]
 }
 
 // fresh reports whether the counter of hash h is known to expire no
@@ -91,9 +100,9 @@ func (m *expiryMemo) pair(h uint64) []atomic.Uint64 {
 // the second is rounded up here).
 func (m *expiryMemo) fresh(h uint64, now uint32) bool {
 	tag := uint32(h >> 32)
-	p := m.pair(h)
-	for i := range p {
-		if v := p[i].Load(); uint32(v>>32) == tag {
+	set := m.set(h)
+	for i := range set {
+		if v := set[i].Load(); uint32(v>>32) == tag {
 			return uint64(uint32(v)) >= horizon(now)
 		}
 	}
@@ -109,35 +118,35 @@ func (m *expiryMemo) until(sent uint32, c *counter) uint32 {
 }
 
 // put remembers that the counter of hash h cannot expire before the
-// second until; now is the present second, by which an entry of another
-// counter that is no longer fresh may be replaced.
-func (m *expiryMemo) put(h uint64, until, now uint32) {
+// second until: in its own slot, or else in the slot of its set whose
+// counter is known to expire soonest (a free slot's is 0, a stale one's
+// in the past). Concurrent puts in one set may lose one of them, which
+// costs that counter's next INCRBY an EXPIRE.
+func (m *expiryMemo) put(h uint64, until uint32) {
 	tag := uint32(h >> 32)
 	v := uint64(tag)<<32 | uint64(until)
-	p := m.pair(h)
-	free := -1
-	for i := range p {
-		old := p[i].Load()
+	set := m.set(h)
+	victim, soonest := 0, uint32(1<<32-1)
+	for i := range set {
+		old := set[i].Load()
 		if uint32(old>>32) == tag {
-			p[i].Store(v)
+			set[i].Store(v)
 			return
 		}
-		if free < 0 && (old == 0 || uint64(uint32(old)) < horizon(now)) {
-			free = i
+		if u := uint32(old); u < soonest {
+			victim, soonest = i, u
 		}
 	}
-	if free >= 0 {
-		p[free].Store(v)
-	}
+	set[victim].Store(v)
 }
 
 // forget drops what is known of the counter of hash h.
 func (m *expiryMemo) forget(h uint64) {
 	tag := uint32(h >> 32)
-	p := m.pair(h)
-	for i := range p {
-		if old := p[i].Load(); uint32(old>>32) == tag {
-			p[i].CompareAndSwap(old, 0)
+	set := m.set(h)
+	for i := range set {
+		if old := set[i].Load(); uint32(old>>32) == tag {
+			set[i].CompareAndSwap(old, 0)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package algo
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,9 +239,9 @@ func TestCounterExpiryUnderDeletes(t *testing.T) {
 }
 
 // The memo: a counter is fresh while at least expiryGrace is left of what
-// was put for it, two counters share a pair of slots, a third is not
-// remembered while they are fresh and replaces one that is not, and
-// forget drops only its own counter.
+// was put for it; expiryWays counters share a set of slots, and one more
+// takes the slot of the one known to expire soonest; forget drops only
+// its own counter.
 func TestExpiryMemo(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	m := newExpiryMemo(t0)
@@ -248,33 +249,84 @@ func TestExpiryMemo(t *testing.T) {
 	if m.sec(t0.Add(-2*365*24*time.Hour)) != 0 || m.sec(t0.Add(time.Minute)) != now+60 {
 		t.Fatalf("sec: before the origin %d, a minute on %d (now %d)", m.sec(t0.Add(-2*365*24*time.Hour)), m.sec(t0.Add(time.Minute)), now)
 	}
-	pair := func(i int) uint64 { return uint64(i)<<32 | 1<<32 | 6 } // the same pair of slots, other tags
-	a, b, d := pair(2), pair(4), pair(8)
-	if m.fresh(a, now) {
-		t.Fatal("an empty memo knows a counter")
+	inSet := func(i int) uint64 { return uint64(i)<<33 | 1<<32 | 8 } // one set of slots, other tags
+	var c [expiryWays]uint64
+	for i := range c {
+		c[i] = inSet(i + 1)
+		if m.fresh(c[i], now) {
+			t.Fatal("an empty memo knows a counter")
+		}
+		m.put(c[i], now+60+uint32(i))
 	}
-	m.put(a, now+60, now)
-	m.put(b, now+60, now)
 	grace := uint32(expiryGrace / time.Second)
-	if !m.fresh(a, now+60-grace-1) || m.fresh(a, now+60-grace) || !m.fresh(b, now) {
+	if !m.fresh(c[0], now+60-grace-1) || m.fresh(c[0], now+60-grace) {
 		t.Fatal("fresh: wrong at the grace's edge")
 	}
-	m.put(d, now+60, now) // both slots fresh: not remembered
-	if m.fresh(d, now) || !m.fresh(a, now) || !m.fresh(b, now) {
-		t.Fatal("a third counter took a fresh one's slot")
+	for i := range c {
+		if !m.fresh(c[i], now) {
+			t.Fatalf("counter %d of a full set is not known", i)
+		}
 	}
-	later := now + 55 // a and b no longer fresh
-	m.put(d, later+60, later)
-	if !m.fresh(d, later) || m.fresh(a, later) && m.fresh(b, later) {
-		t.Fatal("a third counter did not replace a stale one")
+	d := inSet(expiryWays + 1)
+	m.put(d, now+100) // the set is full: d takes c[0]'s slot, the soonest to expire
+	if !m.fresh(d, now) || m.fresh(c[0], now) {
+		t.Fatal("a counter put in a full set did not take the slot of the one expiring soonest")
 	}
-	m.forget(a)
-	m.forget(b)
-	if !m.fresh(d, later) {
+	for i := 1; i < expiryWays; i++ {
+		if !m.fresh(c[i], now) {
+			t.Fatalf("counter %d lost its slot to d", i)
+		}
+	}
+	m.put(c[0], now+120) // back, in place of c[1] (now+61)
+	if !m.fresh(c[0], now) || m.fresh(c[1], now) || !m.fresh(d, now) {
+		t.Fatal("a forgotten counter put again did not take the next soonest slot")
+	}
+	m.put(d, now+30) // its own slot, updated: not a second one
+	if !m.fresh(d, now) || m.fresh(d, now+30-grace) || !m.fresh(c[2], now) {
+		t.Fatal("a counter put again did not update its own slot")
+	}
+	for i := 2; i < expiryWays; i++ {
+		m.forget(c[i])
+	}
+	m.forget(c[0])
+	if !m.fresh(d, now) {
 		t.Fatal("forgetting others dropped d")
 	}
 	m.forget(d)
-	if m.fresh(d, later) {
+	if m.fresh(d, now) {
 		t.Fatal("d is still known after forget")
+	}
+}
+
+// A counter is remembered once put, however many came before it in its
+// window: a hot key that comes late is not left sending an EXPIRE with
+// every INCRBY. And the counters already there mostly keep their slots.
+func TestExpiryMemoRemembersLateCounters(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := newExpiryMemo(t0)
+	now := m.sec(t0)
+	const early, late = 150_000, 2_000 // the first fill 57% of the memo
+	for i := range early {
+		m.put(m.hash("early:"+strconv.Itoa(i)), now+3600)
+	}
+	forgotten := 0
+	for i := range late {
+		h := m.hash("late:" + strconv.Itoa(i))
+		m.put(h, now+3600)
+		if !m.fresh(h, now) {
+			forgotten++
+		}
+	}
+	if forgotten > 0 {
+		t.Fatalf("%d of %d counters put after %d others were not remembered", forgotten, late, early)
+	}
+	known := 0
+	for i := range early {
+		if m.fresh(m.hash("early:"+strconv.Itoa(i)), now) {
+			known++
+		}
+	}
+	if known < early*95/100 {
+		t.Fatalf("%d of %d earlier counters still known, want at least 95%%", known, early)
 	}
 }
