@@ -434,12 +434,6 @@ func aboveFloor(sluice, envoy, floor float64) float64 {
 // decisions/s) only where the load generator has cores of its own
 // (pinned), since otherwise it takes its share of the services' cores.
 func printTargets26(w io.Writer, rs []envoyResult, pinned bool) {
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	fmt.Fprintln(w, "Targets of issue 26, from this run:")
 	byKey := map[string]map[int]envoyResult{}
 	var workloads []string

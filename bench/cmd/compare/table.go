@@ -195,6 +195,14 @@ func fmtDur(ns float64) string {
 
 func numCPU() int { return runtime.NumCPU() }
 
+// verdict is how a target line ends: whether this run met it.
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
 // printTargets says where each target of the performance issues stands,
 // from this run's figures.
 func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
@@ -205,12 +213,6 @@ func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 			}
 		}
 		return result{}, false
-	}
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
 	}
 	fmt.Fprintln(w, "Targets (issues 2 and 5), from this run:")
 
@@ -285,7 +287,7 @@ func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 				cu, sc.metrics["checks/call"], verdict(cu <= 2))
 		}
 	}
-	printTargets18(w, find, verdict)
+	printTargets18(w, find)
 
 	// Throughput at the highest load; added latency at the lowest, where
 	// p50 is the time of one request rather than the length of a queue.
@@ -322,7 +324,7 @@ func printTargets(w io.Writer, rs []result, gws []*gatewayResult) {
 // store's distance to the floor, and the Redis store's default
 // (coalescing, a key's checks in a batch decided together) against its
 // plain path and against the classic script.
-func printTargets18(w io.Writer, find func(bench, wl string, c, cost int, lib string) (result, bool), verdict func(bool) string) {
+func printTargets18(w io.Writer, find func(bench, wl string, c, cost int, lib string) (result, bool)) {
 	fmt.Fprintln(w, "Targets of issue 18, from this run:")
 	for _, c := range []int{1, 8} {
 		s, ok1 := find("BenchmarkMemory", "uniform100k", c, 1, "sluice")
