@@ -60,6 +60,10 @@ type envoyResult struct {
 	workload             string
 	callers              int
 	floor, sluice, envoy envoyRun
+	// redisRounds is sluice's Redis CPU a decision ÷ envoy's in each
+	// round, the two measured one after the other: at one caller the
+	// kept rounds' ratio swings by this machine's round trips.
+	redisRounds []float64
 }
 
 // rlsService is a running rate limit service process.
@@ -128,7 +132,7 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 		for _, c := range callers {
 			res := envoyResult{workload: wname, callers: c}
 			for round := range rounds {
-				var cpu [3]float64 // floor, envoy, sluice: this round's CPU µs per decision
+				var cpu, redis [3]float64 // floor, envoy, sluice: this round's CPU and Redis CPU µs per decision
 				for i, s := range []*rlsService{fl, peer, sl} {
 					// Each load sends each caller's requests from its
 					// first, so a first round's warm-up as long as the
@@ -146,7 +150,7 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 					}
 					fmt.Fprintf(os.Stderr, "   %s %3d callers, round %d: %-22s %8.0f decisions/s  CPU %6.1f µs/decision  Redis %5.1f µs/decision  syscalls %5.2f/decision  p50 %v  p99 %v  failed %d\n",
 						wname, c, round+1, s.name, r.RPS(), r.cpuPer(), r.redisCPUPer(), r.syscallsPer(), r.P50, r.P99, r.Failed)
-					cpu[i] = r.cpuPer()
+					cpu[i], redis[i] = r.cpuPer(), r.redisCPUPer()
 					best := &res.sluice
 					switch s {
 					case peer:
@@ -158,6 +162,7 @@ func runEnvoy(work string, workloads []string, callers []int, dur time.Duration,
 						*best = r
 					}
 				}
+				res.redisRounds = append(res.redisRounds, redis[2]/redis[1])
 				fmt.Fprintf(os.Stderr, "   %s %3d callers, round %d: CPU above the floor sluice %.1f µs/decision, envoy %.1f: ratio %.2f\n",
 					wname, c, round+1, cpu[2]-cpu[0], cpu[1]-cpu[0], aboveFloor(cpu[2], cpu[1], cpu[0]))
 			}
@@ -433,6 +438,18 @@ func aboveFloor(sluice, envoy, floor float64) float64 {
 // the scaling targets (no loss from 128 to 512 callers, 0.7× the floor's
 // decisions/s) only where the load generator has cores of its own
 // (pinned), since otherwise it takes its share of the services' cores.
+// roundRatios is "; round by round 0.95, 1.15, 1.04", or "" for none.
+func roundRatios(rs []float64) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	parts := make([]string, len(rs))
+	for i, x := range rs {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return "; round by round " + strings.Join(parts, ", ")
+}
+
 func printTargets26(w io.Writer, rs []envoyResult, pinned bool) {
 	fmt.Fprintln(w, "Targets of issue 26, from this run:")
 	byKey := map[string]map[int]envoyResult{}
@@ -450,8 +467,8 @@ func printTargets26(w io.Writer, rs []envoyResult, pinned bool) {
 			f, sl, en := r.floor.cpuPer(), r.sluice.cpuPer(), r.envoy.cpuPer()
 			redis := r.sluice.redisCPUPer() / r.envoy.redisCPUPer()
 			if c == 1 {
-				fmt.Fprintf(w, "- %s, 1 caller: Redis CPU a decision %.2f× envoy's, at most 1×: %s (in commands %.2f×; decisions a read %.2f and %.2f)\n",
-					wl, redis, verdict(redis <= 1), r.sluice.redisCmdPer()/r.envoy.redisCmdPer(), r.sluice.perRead(), r.envoy.perRead())
+				fmt.Fprintf(w, "- %s, 1 caller: Redis CPU a decision %.2f× envoy's, at most 1×: %s (in commands %.2f×; decisions a read %.2f and %.2f%s)\n",
+					wl, redis, verdict(redis <= 1), r.sluice.redisCmdPer()/r.envoy.redisCmdPer(), r.sluice.perRead(), r.envoy.perRead(), roundRatios(r.redisRounds))
 				continue
 			}
 			if c < 32 {
