@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -304,14 +306,15 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 				total, c.err = 0, nil
 			}
 		case c.expire:
-			if total, c.err = c.incr.Result(); c.err == nil {
+			total, c.err = countedTotal(c.incr)
+			if c.err == nil {
 				c.err = c.exp.Err()
 			}
 			if c.err == nil && c.exp.Val() && c.hash != 0 {
 				memo.put(c.hash, memo.until(sec, c))
 			}
 		default:
-			if total, c.err = c.incr.Result(); c.err == nil && total == c.sum {
+			if total, c.err = countedTotal(c.incr); c.err == nil && total == c.sum {
 				made = append(made, c)
 			}
 		}
@@ -337,6 +340,30 @@ func (s *fixedWindowRedis) sendCounters(ctx context.Context, ops []fwOp, res []s
 		s.reexpire(ctx, memo, made)
 	}
 	s.giveBatch(b) // not when a hook panicked: its pipeline may hold commands
+}
+
+// countedTotal is the count an INCRBY left, or math.MaxInt64 when
+// Redis refused it because the counter would pass 2⁶³−1: the counter is
+// then as full as it gets, over any limit (a rule's Burst is at most
+// sluice.MaxBurst), and its checks are refused, not failed. A caller who
+// sets its own cost (Envoy's hits_addend, up to sluice.MaxBurst+1 a
+// descriptor) fills a counter in about 9,300 calls; were that a failure of
+// the store, five such calls a second would keep the resilient layer's
+// breaker open and every key of every caller off Redis.
+func countedTotal(incr *redis.IntCmd) (int64, error) {
+	total, err := incr.Result()
+	if err != nil && overflowed(err) {
+		return math.MaxInt64, nil
+	}
+	return total, err
+}
+
+// overflowed reports whether err is Redis's refusal of an INCRBY whose
+// result would not fit in 64 bits ("ERR increment or decrement would
+// overflow"); the counter keeps its value.
+func overflowed(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.Contains(rerr.Error(), "would overflow")
 }
 
 // clock is the store's time: RedisOptions.Now, or time.Now.

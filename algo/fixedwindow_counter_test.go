@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -111,18 +112,7 @@ func TestFixedWindowCountersAgreeWithMemory(t *testing.T) {
 // counter, however many checks name it, and nothing else; a lone check
 // is those two commands, and one of cost 0 a GET.
 func TestFixedWindowCounterCommands(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC))
-	rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, DisableCoalescing: true})
-	defer rs.Close()
-	s := rs.(*fixedWindowRedis)
-	rules := []sluice.Rule{{Rate: 25.0 / 60, Burst: 25}}
-	op := func(key string, cost int64) fwOp {
-		o := fwOp{key: key, kind: "d", amount: cost, rules: rules}
-		s.counterOp(&o, key+"_")
-		return o
-	}
+	client, s, op := counterStore(t)
 	var ops []fwOp
 	for i := range 30 {
 		ops = append(ops, op("hot", 1))
@@ -165,7 +155,7 @@ func TestFixedWindowCounterCommands(t *testing.T) {
 		t.Errorf("counter hot_1772366400 = %q, want 30 (every hit, refused ones too)", n)
 	}
 	_ = client.ConfigResetStat(ctx).Err()
-	r, err := rs.Check(ctx, sluice.Request{Key: "x", Cost: 0, Rules: rules, CountDenied: true, WindowKey: "hot_"})
+	r, err := s.Check(ctx, sluice.Request{Key: "x", Cost: 0, Rules: op("hot", 0).rules, CountDenied: true, WindowKey: "hot_"})
 	if err != nil || r.Allowed || r.Remaining != 0 {
 		t.Fatalf("a check of cost 0 on hot: %+v, %v; want refused (30 > 25), nothing remaining", r, err)
 	}
@@ -228,5 +218,80 @@ func BenchmarkCounterKey(b *testing.B) {
 	b.ReportAllocs()
 	for i := int64(0); b.Loop(); i++ {
 		_, _ = counterKey("ratelimit_domain_user_u12345_", 60_000_000, 1_700_000_000_000_000+i)
+	}
+}
+
+// A counter that an INCRBY would take past 2⁶³−1 (a caller who sets its
+// own cost, Envoy's hits_addend, fills one in about 9,300 calls) answers
+// its checks over the limit, with no error: Redis's refusal is the
+// counter being full, not the store failing, and counted as a failure it
+// would open the resilient layer's breaker for every other key. The
+// counter keeps its value and its expiry; other counters of the batch are
+// counted as ever.
+func TestFixedWindowCounterFullToOverflow(t *testing.T) {
+	client, s, op := counterStore(t)
+	full := op("full", 1).counter
+	const start = math.MaxInt64 - 3
+	if err := client.Set(ctx, full, start, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, batch := range [][]fwOp{
+		{op("full", 1), op("full", 2)},                  // fits: 2⁶³−1 exactly
+		{op("full", 1)},                                 // one past: refused by Redis
+		{op("full", sluice.MaxBurst+1), op("other", 1)}, // beside a counter that counts
+		{op("full", 1), op("full", 1), op("other", 1)},
+	} {
+		res, errs := make([]sluice.Result, len(batch)), make([]error, len(batch))
+		s.send(ctx, batch, res, errs)
+		for i, o := range batch {
+			if errs[i] != nil {
+				t.Fatalf("%s cost %d: error %v", o.key, o.amount, errs[i])
+			}
+			if o.key == "other" {
+				if !res[i].Allowed {
+					t.Fatalf("other: refused: %+v", res[i])
+				}
+				continue
+			}
+			if res[i].Allowed || res[i].Remaining != 0 || res[i].Limit != 25 {
+				t.Fatalf("full cost %d: %+v, want refused with nothing remaining of 25", o.amount, res[i])
+			}
+		}
+	}
+	if v, err := client.Get(ctx, full).Int64(); err != nil || v != math.MaxInt64 {
+		t.Fatalf("full counter: %d, %v; want 2⁶³−1", v, err)
+	}
+	if ttl := client.TTL(ctx, full).Val(); ttl <= 0 {
+		t.Fatalf("full counter lost its expiry: %v", ttl)
+	}
+	if v, err := client.Get(ctx, op("other", 1).counter).Int64(); err != nil || v != 2 {
+		t.Fatalf("other counter: %d, %v; want 2", v, err)
+	}
+	// Another refusal of Redis is still an error.
+	if err := client.Set(ctx, full, "not a number", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, errs := make([]sluice.Result, 1), make([]error, 1)
+	s.send(ctx, []fwOp{op("full", 1)}, res, errs)
+	if errs[0] == nil {
+		t.Fatalf("a counter that holds no integer: no error, %+v", res[0])
+	}
+}
+
+// counterStore is a fixed window store with coalescing off on a Redis of
+// its own, its clock stopped at 12:00:30, and op, which makes a check of
+// cost on key's counter under a limit of 25 a minute.
+func counterStore(t *testing.T) (*redis.Client, *fixedWindowRedis, func(key string, cost int64) fwOp) {
+	t.Helper()
+	client := redistest.Start(t).Client(t)
+	c := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC))
+	rs, _ := Redis(FixedWindow, client, RedisOptions{Now: c.Now, DisableCoalescing: true})
+	t.Cleanup(func() { rs.Close() })
+	s := rs.(*fixedWindowRedis)
+	rules := []sluice.Rule{{Rate: 25.0 / 60, Burst: 25}}
+	return client, s, func(key string, cost int64) fwOp {
+		o := fwOp{key: key, kind: "d", amount: cost, rules: rules}
+		s.counterOp(&o, key+"_")
+		return o
 	}
 }
