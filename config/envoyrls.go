@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -167,7 +168,7 @@ func globMatch(parts []string, s string) bool {
 // RLSLimit is one rate_limit of a descriptor file.
 type RLSLimit struct {
 	// Policy is the name of the policy that decides it,
-	// "rls:DOMAIN/key=value/key"; empty when unlimited or when
+	// "rls:DOMAIN/key=value/key" (each part escaped by rlsNamePart); empty when unlimited or when
 	// requests_per_unit is 0 (every hit over the limit), which no store
 	// needs to decide.
 	Policy string
@@ -499,7 +500,36 @@ func (l *rlsLoader) file(path string) {
 		top = &RLSDescriptor{Children: map[string]*RLSDescriptor{}}
 		l.domains[f.Domain] = top
 	}
-	l.descriptors(top, f.Domain, "rls:"+f.Domain, f.Domain, false, "descriptors", f.Descriptors)
+	l.descriptors(top, f.Domain, "rls:"+rlsNamePart(f.Domain), f.Domain, false, "descriptors", f.Descriptors)
+}
+
+// rlsNamePart is a domain, key or value as a part of a policy name, with
+// each byte that a name may not hold as it is written %XX (hex): '/' and
+// '=', which separate the parts, '@', which begins the names of
+// RLSOverridePolicy, '%' itself, and what a name in a RateLimit header
+// may not hold (a quote, a backslash, a byte outside printable ASCII).
+// So no two limits a file may hold, nor a limit and an override policy,
+// share a name (envoyproxy/ratelimit loads key a=b beside key a with value
+// b, and a value of b/c beside value b with a child key c), and every name
+// is one the headers can carry.
+func rlsNamePart(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return r >= utf8.RuneSelf || rlsNameEscaped(byte(r)) })
+	if i < 0 {
+		return s
+	}
+	b := []byte(s[:i])
+	for j := i; j < len(s); j++ {
+		if c := s[j]; rlsNameEscaped(c) {
+			b = append(b, '%', "0123456789ABCDEF"[c>>4], "0123456789ABCDEF"[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+func rlsNameEscaped(c byte) bool {
+	return c < 0x20 || c >= 0x7f || strings.IndexByte(`/=@%"\`, c) >= 0
 }
 
 // descriptors loads list, at field path at, under parent, whose policy
@@ -534,9 +564,9 @@ func (l *rlsLoader) descriptors(parent *RLSDescriptor, domain, name, stats strin
 			parent.Wildcards = append(parent.Wildcards, final)
 			parent.wild = append(parent.wild, strings.Split(final, "*"))
 		}
-		path := name + "/" + d.Key
+		path := name + "/" + rlsNamePart(d.Key)
 		if d.Value != "" {
-			path += "=" + d.Value
+			path += "=" + rlsNamePart(d.Value)
 		}
 		node.ValueToMetric = d.ValueToMetric
 		v2m := v2m || d.ValueToMetric

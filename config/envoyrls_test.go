@@ -86,7 +86,7 @@ descriptors:
 			t.Fatalf("%s has a pattern", p.Name)
 		}
 	}
-	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=/api/* " +
+	want := "rls:mongo_cps/database=users rls:mongo_cps/database=default rls:rl/source_cluster=proxy/destination_cluster=bkthomps rls:rl/foo rls:rl/path=%2Fapi%2F* " +
 		"rls:@limit/SECOND rls:@limit/MINUTE rls:@limit/HOUR rls:@limit/DAY rls:@limit/WEEK rls:@limit/MONTH rls:@limit/YEAR"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("policies\n%s\nwant\n%s", got, want)
@@ -270,5 +270,58 @@ func TestGlobMatch(t *testing.T) {
 		if got := globMatch(strings.Split(tc.pattern, "*"), tc.s); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
 		}
+	}
+}
+
+// Limits that envoyproxy/ratelimit loads side by side get policies of
+// their own, though their parts hold the characters that separate the
+// parts of a name: key a=b beside key a with value b, a value b/c beside
+// value b with a child key c, domain z/a beside domain z with key a, and
+// domain @limit with key SECOND beside the override policies.
+func TestEnvoyRLSNamesDoNotCollide(t *testing.T) {
+	limit := "rate_limit: {unit: hour, requests_per_unit: 5}"
+	dir := rlsDir(t, map[string]string{
+		"x.yaml":   "domain: x\ndescriptors:\n  - key: a=b\n    " + limit + "\n  - key: a\n    value: b\n    " + limit + "\n",
+		"y.yaml":   "domain: y\ndescriptors:\n  - key: a\n    value: b/c\n    " + limit + "\n  - key: a\n    value: b\n    descriptors:\n      - key: c\n        " + limit + "\n",
+		"z1.yaml":  "domain: z/a\ndescriptors:\n  - key: b\n    " + limit + "\n",
+		"z2.yaml":  "domain: z\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        " + limit + "\n",
+		"at.yaml":  "domain: '@limit'\ndescriptors:\n  - key: SECOND\n    " + limit + "\n",
+		"pct.yaml": "domain: p\ndescriptors:\n  - key: a\n    value: '%2F'\n    " + limit + "\n  - key: a\n    value: /\n    " + limit + "\n",
+		"q.yaml":   "domain: q\ndescriptors:\n  - key: a\n    value: 'caf\u00e9 \"x\" \\'\n    " + limit + "\n",
+	})
+	c, err := Parse(filepath.Join(dir, "sluice.yaml"), dir, []byte(rlsSection))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.EnvoyRLS.Policies() {
+		if !isPrintable(p.Name) || strings.ContainsAny(p.Name, `"\`) {
+			t.Errorf("policy %q: not a name the RateLimit headers can carry", p.Name)
+		}
+		if seen[p.Name] {
+			t.Fatalf("two policies named %q", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	for _, want := range []string{"rls:x/a%3Db", "rls:x/a=b", "rls:y/a=b%2Fc", "rls:y/a=b/c", "rls:z%2Fa/b", "rls:z/a/b",
+		"rls:%40limit/SECOND", "rls:@limit/SECOND", "rls:p/a=%252F", "rls:p/a=%2F", `rls:q/a=caf%C3%A9 %22x%22 %5C`} {
+		if !seen[want] {
+			t.Errorf("no policy %q in %v", want, seen)
+		}
+	}
+	if len(seen) != 10+7 { // the files' and one override policy a unit
+		t.Errorf("%d policies, want 17: %v", len(seen), seen)
+	}
+}
+
+// A policy of the configuration file may not take a name of the Envoy
+// service's limits: `sluice check-config` said ok to one named like a
+// descriptor's limit, and `sluice serve` then stopped with two policies
+// of one name.
+func TestPolicyNamesOfTheEnvoyServiceAreReserved(t *testing.T) {
+	dir := rlsDir(t, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"})
+	_, err := Parse(filepath.Join(dir, "sluice.yaml"), dir, []byte(rlsSection+"policies:\n  - name: rls:d/k\n    match: /\n    anonymous: [{rate: 1/s, burst: 1}]\n"))
+	if err == nil || !strings.Contains(err.Error(), `sluice.yaml:3: policies[0].name: "rls:d/k": names beginning rls: are those of the Envoy service's limits (envoy_rls); want another, such as d/k`) {
+		t.Fatalf("Parse = %v", err)
 	}
 }

@@ -401,6 +401,8 @@ func (v *validator) policies() {
 			v.fail(at+".name", "missing; want a short name such as payments, used in headers, metrics and keys")
 		} else if j, dup := names[p.Name]; dup {
 			v.fail(at+".name", "%q is also the name of policies[%d] (line %d); want unique names", p.Name, j, v.line(fmt.Sprintf("policies[%d].name", j)))
+		} else if strings.HasPrefix(p.Name, "rls:") {
+			v.fail(at+".name", "%q: names beginning rls: are those of the Envoy service's limits (envoy_rls); want another, such as %s", p.Name, strings.TrimPrefix(p.Name, "rls:"))
 		} else if strings.ContainsAny(p.Name, "\"\\") || !isPrintable(p.Name) {
 			v.fail(at+".name", "%q: want printable ASCII without quotes or backslashes (it goes into the RateLimit headers)", p.Name)
 		} else {

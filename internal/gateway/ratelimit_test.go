@@ -111,6 +111,20 @@ func TestWatchUpstreamDirectory(t *testing.T) {
 	if limit("team", "user") != 5 {
 		t.Errorf("after an invalid file: team %d; want the running 5", limit("team", "user"))
 	}
+
+	// Every file gone (an emptied ConfigMap): the running limits stay,
+	// and the log says how to serve none, in this command's terms.
+	before := w.reloads("refused")
+	for _, p := range []string{"edge", "team", "new"} {
+		if err := os.RemoveAll(filepath.Join(conf, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the refusal", func() bool { return w.reloads("refused") > before })
+	w.waitLog(t, "no descriptor file left (the running configuration serves 3 domains, and keeps serving them; envoyproxy/ratelimit would serve none); add a descriptor file, or restart sluice ratelimit to serve none")
+	if limit("edge", "path") != 7 || limit("more", "k") != 6 {
+		t.Errorf("after every file went: edge %d, more %d; want the running 7 and 6", limit("edge", "path"), limit("more", "k"))
+	}
 }
 
 // TestUpstreamLocalCacheSplit: LOCAL_CACHE_SIZE_IN_BYTES bounds the denial

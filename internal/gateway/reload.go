@@ -22,6 +22,9 @@ func refuseReload(old, cfg *config.Config) error {
 		return fmt.Errorf("%w: %v (the running configuration has %d policies)", ErrRefused, f, len(old.Policies))
 	}
 	if n := len(old.EnvoyRLS.Domains()); n > 0 && cfg.EnvoyRLS.Dir() != "" && len(cfg.EnvoyRLS.Domains()) == 0 {
+		if cfg.EnvoyRLS.Upstream != nil { // sluice ratelimit: no sluice.yaml
+			return fmt.Errorf("%w: %s: no descriptor file left (the running configuration serves %d domains, and keeps serving them; envoyproxy/ratelimit would serve none); add a descriptor file, or restart sluice ratelimit to serve none", ErrRefused, cfg.EnvoyRLS.Dir(), n)
+		}
 		return fmt.Errorf("%w: %s: envoy_rls.config_dir: no descriptor file (*.yaml, *.yml) left (the running configuration serves %d domains); add a descriptor file, or remove envoy_rls.config_dir to stop serving them", ErrRefused, cfg.EnvoyRLS.Dir(), n)
 	}
 	return nil
