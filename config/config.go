@@ -90,6 +90,9 @@ type Config struct {
 	Warnings []string `yaml:"-"`
 
 	keys keyMaterial
+	// identityFiles are the files of identity read at load, as paths
+	// resolved against the file's directory (IdentityFiles).
+	identityFiles []string
 	// empty: the file holds no YAML value at all (nothing, or only
 	// comments); policiesSet: it has a policies key, even an empty one.
 	empty, policiesSet bool

@@ -14,6 +14,12 @@ type Reload struct {
 // Watching reports whether the files are watched.
 func (r Reload) Watching() bool { return r.Watch == nil || *r.Watch }
 
+// IdentityFiles are the files that identity names (api_keys_file,
+// jwt.hs256_secret_file, jwt.public_key_file), resolved against the
+// configuration file's directory: a reload reads them again, so the watch
+// watches them too (a key revoked in a Secret must not wait for a signal).
+func (c *Config) IdentityFiles() []string { return c.identityFiles }
+
 // Empty reports whether the file held no YAML value at all: nothing, or
 // only comments.
 func (c *Config) Empty() bool { return c.empty }

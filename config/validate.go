@@ -272,6 +272,11 @@ func (v *validator) identity() {
 	if !validHeaderName(id.JWT.Header) {
 		v.fail("identity.jwt.header", "%q: want a header name such as Authorization", id.JWT.Header)
 	}
+	for _, f := range []string{id.APIKeysFile, id.JWT.HS256SecretFile, id.JWT.PublicKeyFile} {
+		if f != "" {
+			v.c.identityFiles = append(v.c.identityFiles, v.path(f))
+		}
+	}
 	if id.APIKeysFile != "" {
 		v.apiKeys("identity.api_keys_file", v.path(id.APIKeysFile))
 	}

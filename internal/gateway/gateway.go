@@ -696,8 +696,8 @@ func (g *Gateway) DecisionAddr() net.Addr {
 // ending ctx lets load balancers notice first.
 func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 	cfg := g.Config()
-	g.traffic = newServer(g.trafficHandler(cfg), cfg.Server, g.log)
-	g.admin = newServer(g.Admin(), cfg.Server, g.log)
+	g.traffic = g.newServer(g.trafficHandler(cfg), cfg.Server, "traffic")
+	g.admin = g.newServer(g.Admin(), cfg.Server, "admin")
 	mode := "reverse proxy to " + cfg.Redact("upstream", cfg.Upstream)
 	if cfg.Upstream == "" {
 		mode = "decision API only (no upstream)"
@@ -721,7 +721,7 @@ func (g *Gateway) Serve(ctx context.Context, grace time.Duration) error {
 		errc <- g.admin.Serve(g.tlsListener(config.ListenerAdmin, g.perAddress(g.adminLn, cfg, "admin")))
 	}()
 	if g.decisionLn != nil {
-		g.decision = newServer(g.DecisionAPI(), cfg.Server, g.log)
+		g.decision = g.newServer(g.DecisionAPI(), cfg.Server, "decision")
 		go func() {
 			errc <- g.decision.Serve(g.tlsListener(config.ListenerDecision, g.limitListener(g.perAddress(g.decisionLn, cfg, "decision"), cfg.Server.MaxConnections, "decision")))
 		}()

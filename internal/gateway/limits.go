@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +30,9 @@ import (
 // being held included, and keeps at most max_connections open, answering
 // 503 beyond either.
 
-// newServer is an http.Server for h with the timeouts and header bound of s.
-func newServer(h http.Handler, s config.Server, errLog *slog.Logger) *http.Server {
+// newServer is an http.Server for h, serving listener, with the timeouts
+// and header bound of s; what it logs goes through serverLog.
+func (g *Gateway) newServer(h http.Handler, s config.Server, listener string) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
@@ -37,8 +40,45 @@ func newServer(h http.Handler, s config.Server, errLog *slog.Logger) *http.Serve
 		WriteTimeout:      s.WriteTimeout,
 		IdleTimeout:       s.IdleTimeout,
 		MaxHeaderBytes:    s.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(errLog.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(&serverLog{g: g, listener: listener}, "", 0),
 	}
+}
+
+// serverLog is the ErrorLog of a listener's http.Server. A failed TLS
+// handshake, which any client causes at will (a ClientHello of garbage,
+// plain HTTP to a TLS port), is counted (sluice_server_rejections_total,
+// reason tls_handshake) and logged at most once a second, with how many
+// went unlogged since: one client sent 26,218 in five seconds, each a
+// WARN line. Everything else http.Server logs (a handler's panic among
+// it) is logged as it comes, at WARN.
+type serverLog struct {
+	g        *Gateway
+	listener string
+
+	mu       sync.Mutex
+	next     time.Time // when the next handshake error may be logged
+	unlogged int
+}
+
+func (l *serverLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	if !strings.Contains(msg, "TLS handshake error") {
+		l.g.log.Warn(msg, "listener", l.listener)
+		return len(p), nil
+	}
+	l.g.rejected(l.listener, "tls_handshake")
+	l.mu.Lock()
+	now := time.Now()
+	if now.Before(l.next) {
+		l.unlogged++
+		l.mu.Unlock()
+		return len(p), nil
+	}
+	unlogged := l.unlogged
+	l.next, l.unlogged = now.Add(time.Second), 0
+	l.mu.Unlock()
+	l.g.log.Warn(msg, "listener", l.listener, "unlogged_since", unlogged)
+	return len(p), nil
 }
 
 // inFlight bounds the requests a listener serves at once.
@@ -87,7 +127,7 @@ func (g *Gateway) initLimits(cfg *config.Config) {
 	g.decisionFlight = &inFlight{max: int64(cfg.Server.MaxInFlight), listener: "decision", g: g}
 	g.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_server_rejections_total",
-		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision, admin, envoy_rls) and reason (connections, connections_per_ip, in_flight, body_too_large, read_timeout, unauthorized).",
+		Help: "Requests the gateway refused to protect itself, by listener (traffic, decision, admin, envoy_rls) and reason (connections, connections_per_ip, in_flight, body_too_large, read_timeout, unauthorized, tls_handshake).",
 	}, []string{"listener", "reason"})
 	g.reg.MustRegister(g.rejections)
 }

@@ -18,6 +18,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -356,4 +357,44 @@ func TestTLSSilentClients(t *testing.T) {
 	if err := grpcCall(gw.rls, &tls.Config{RootCAs: gw.ca.Pool()}); err != nil {
 		t.Fatalf("gRPC after the silent connections were cut: %v", err)
 	}
+}
+
+// TestTLSHandshakeErrorsAreCountedNotLogged: a client that fails its
+// handshakes as fast as it can (garbage, plain HTTP) is counted in
+// sluice_server_rejections_total (reason tls_handshake), and the log gets
+// at most a line a second of it, saying how many went unlogged.
+func TestTLSHandshakeErrorsAreCountedNotLogged(t *testing.T) {
+	gw := startTLSGW(t, everyListener+"tls: {cert_file: server.crt, key_file: server.key}\n")
+	const n = 300
+	start := time.Now()
+	for i := range n {
+		c, err := net.Dial("tcp", gw.traffic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello := "\x16\x03\x01\x00\x05garbage"
+		if i%2 == 1 {
+			hello = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+		}
+		_, _ = io.WriteString(c, hello)
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _ = io.Copy(io.Discard, c) // until the server closes it
+		c.Close()
+	}
+	counted := func() float64 { return testutil.ToFloat64(gw.g.rejections.WithLabelValues("traffic", "tls_handshake")) }
+	deadline := time.Now().Add(10 * time.Second)
+	for counted() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if got := counted(); got != n {
+		t.Fatalf("%v handshake failures counted, want %d", got, n)
+	}
+	lines := strings.Count(gw.log.String(), "TLS handshake error")
+	// One line a second at most, and the first at once: a bound from the
+	// time the run took, however slow the machine.
+	if max := int(elapsed/time.Second) + 2; lines < 1 || lines > max {
+		t.Fatalf("%d handshake errors logged in %v, want 1 to %d:\n%s", lines, elapsed, max, gw.log.String())
+	}
+	t.Logf("%d failed handshakes in %v: %d logged", n, elapsed, lines)
 }

@@ -22,8 +22,9 @@ const (
 )
 
 // WatchConfig reloads the configuration, as Reload does but without
-// reopening the access log, whenever the configuration file or a
-// descriptor file of envoy_rls.config_dir changes, until ctx is done; it
+// reopening the access log, whenever the configuration file, a file of its
+// identity section (API keys, JWT keys) or a descriptor file of
+// envoy_rls.config_dir changes, until ctx is done; it
 // returns when it has stopped, its goroutines with it.
 //
 // It watches directories, not files: an editor's atomic rename and
@@ -89,8 +90,8 @@ func (g *Gateway) WatchConfig(ctx context.Context) error {
 }
 
 // watchDirs are the directories to watch for the running configuration:
-// the configuration file's, the descriptor files', and, where either goes
-// through symlinks, the directory they lead to.
+// the configuration file's, its identity files', the descriptor files',
+// and, where one goes through symlinks, the directory it leads to.
 func (g *Gateway) watchDirs() []string {
 	var dirs []string
 	add := func(dir string) {
@@ -98,9 +99,12 @@ func (g *Gateway) watchDirs() []string {
 			dirs = append(dirs, dir)
 		}
 	}
-	if g.path != "" {
-		add(filepath.Dir(g.path))
-		if real, err := filepath.EvalSymlinks(g.path); err == nil {
+	for _, f := range append([]string{g.path}, g.Config().IdentityFiles()...) {
+		if f == "" {
+			continue
+		}
+		add(filepath.Dir(f))
+		if real, err := filepath.EvalSymlinks(f); err == nil {
 			add(filepath.Dir(real))
 		}
 	}
@@ -150,9 +154,10 @@ func (g *Gateway) syncWatches(w *fsnotify.Watcher) []string {
 	return watched
 }
 
-// fingerprint sums what a reload would read: the configuration file and
-// the descriptor files of the running envoy_rls.config_dir, names
-// included; a file that cannot be read sums as its error.
+// fingerprint sums what a reload would read: the configuration file, the
+// files of its identity section (API keys, JWT keys) and the descriptor
+// files of the running envoy_rls.config_dir, names included; a file that
+// cannot be read sums as its error.
 func (g *Gateway) fingerprint() [sha256.Size]byte {
 	h := sha256.New()
 	file := func(path string) {
@@ -166,6 +171,9 @@ func (g *Gateway) fingerprint() [sha256.Size]byte {
 	}
 	if g.path != "" {
 		file(g.path)
+	}
+	for _, f := range g.Config().IdentityFiles() {
+		file(f)
 	}
 	if d := g.Config().EnvoyRLS.Dir(); d != "" {
 		files, _ := g.Config().EnvoyRLS.Files()

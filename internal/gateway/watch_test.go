@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -373,4 +375,48 @@ func TestWatchStopsCleanly(t *testing.T) {
 		stacks = string(buf[:runtime.Stack(buf, true)])
 		return !strings.Contains(stacks, "fsnotify") && !strings.Contains(stacks, "WatchConfig")
 	})
+}
+
+// TestWatchIdentityFiles: a key removed from identity.api_keys_file, kept
+// as a Kubernetes Secret is (the file a symlink through ..data, swapped
+// to a new directory), loses its authenticated limit without a signal.
+func TestWatchIdentityFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	sum := sha256.Sum256([]byte("bob-key"))
+	line := hex.EncodeToString(sum[:]) + " bob\n"
+	for _, v := range []struct{ dir, keys string }{{"..v1", line}, {"..v2", "# bob revoked\n"}} {
+		if err := os.MkdirAll(filepath.Join(secret, v.dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(secret, v.dir, "keys.txt"), v.keys)
+	}
+	if err := os.Symlink("..v1", filepath.Join(secret, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "keys.txt"), filepath.Join(secret, "keys.txt")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	writeFile(t, path, "identity: {api_keys_file: secret/keys.txt}\npolicies:\n"+
+		"  - {name: api, match: /api/, anonymous: [{rate: 1/h, burst: 1}], authenticated: [{rate: 1/h, burst: 1000}]}\n")
+	w := startWatched(t, path)
+	bob := func() int {
+		code, _ := status(t, w.url+"/api/x", "X-API-Key", "bob-key")
+		return code
+	}
+	for range 3 {
+		if code := bob(); code == 429 {
+			t.Fatal("bob's key: refused at start; want the authenticated limit")
+		}
+	}
+	// The Secret update, as the kubelet writes it.
+	if err := os.Symlink("..v2", filepath.Join(secret, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(secret, "..data_tmp"), filepath.Join(secret, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, "the revoked key's anonymous limit", func() bool { return bob() == 429 })
+	t.Logf("revocation applied in %v", took)
 }
