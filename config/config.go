@@ -255,8 +255,11 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 		return nil, Errors{{File: name, Line: yamlErrorLine(err), Msg: "not valid YAML: " + err.Error()}}
 	}
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
+	switch err := dec.Decode(&extra); {
+	case err == nil:
 		return nil, Errors{{File: name, Line: extra.Line, Msg: "a second YAML document; keep one configuration per file"}}
+	case !errors.Is(err, io.EOF): // what follows a "---" is read too: it must not hide anything
+		return nil, Errors{{File: name, Line: yamlErrorLine(err), Msg: "a second YAML document, and not valid YAML: " + err.Error() + "; keep one configuration per file"}}
 	}
 	if root.Kind != 0 {
 		d.env = expandEnv(name, &root, d.errs)

@@ -138,6 +138,8 @@ func TestBadFiles(t *testing.T) {
 		{"field twice", "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n", []string{"bad.yaml:2: listen: set twice"}},
 		{"not yaml", "policies: [\n", []string{"bad.yaml", "not valid YAML"}},
 		{"two documents", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", []string{"bad.yaml:", "second YAML document"}},
+		{"admin on the traffic listener", "listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:8080\n", []string{"bad.yaml:2: admin_listen: \"127.0.0.1:8080\" is also the traffic listener"}},
+		{"a second document of garbage", "listen: 127.0.0.1:1\n---\ngarbage: [[[\n", []string{"bad.yaml:", "a second YAML document, and not valid YAML"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("bad.yaml", dir, []byte(tc.data))
@@ -230,4 +232,27 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExposureWarnings: valid files that open the gateway to every
+// client are accepted with a warning that says how: the decision API on
+// the traffic listener without a token, and a trusted proxy of /0.
+func TestExposureWarnings(t *testing.T) {
+	for _, tc := range []struct{ data, want string }{
+		{"decision_api: {on_traffic_listener: true}\n", "bad.yaml:1: decision_api.on_traffic_listener: true without decision_api.token_file"},
+		{"forwarded_header: x-forwarded-for\ntrusted_proxies: [10.0.0.0/8, 0.0.0.0/0]\n", `bad.yaml:2: trusted_proxies[1]: "0.0.0.0/0" trusts every address`},
+		{"forwarded_header: forwarded\ntrusted_proxies:\n  - ::/0\n", `bad.yaml:3: trusted_proxies[0]: "::/0" trusts every address`},
+	} {
+		c, err := Parse("bad.yaml", t.TempDir(), []byte(tc.data+"policies: [{name: all, match: /, anonymous: [{rate: 1/s, burst: 1}]}]\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.data, err)
+		}
+		if got := strings.Join(c.Warnings, "\n"); !strings.Contains(got, tc.want) {
+			t.Errorf("%q: warnings %q, want %q", tc.data, got, tc.want)
+		}
+	}
+	c, err := Parse("ok.yaml", t.TempDir(), []byte("forwarded_header: forwarded\ntrusted_proxies: [10.0.0.0/8]\npolicies: [{name: all, match: /, anonymous: [{rate: 1/s, burst: 1}]}]\n"))
+	if err != nil || len(c.Warnings) != 0 {
+		t.Fatalf("a proxy of /8: %v %q", err, c.Warnings)
+	}
 }

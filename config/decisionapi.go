@@ -54,6 +54,9 @@ func (v *validator) decisionAPI() {
 		}
 	}
 	if d.TokenFile == "" {
+		if d.OnTrafficListener {
+			v.warn("decision_api.on_traffic_listener", "true without decision_api.token_file: anyone who reaches the proxy can read and drain any caller's bucket through /v1/check; set a token_file")
+		}
 		return
 	}
 	d.token = v.token("decision_api.token_file", d.TokenFile)

@@ -90,6 +90,9 @@ func (v *validator) validate() {
 	c := v.c
 	v.hostPort("listen", c.Listen)
 	v.hostPort("admin_listen", c.AdminListen)
+	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		v.fail("admin_listen", "%q is also the traffic listener (listen); want an address of its own, such as 127.0.0.1:9090", c.AdminListen)
+	}
 	if c.Upstream != "" {
 		u, err := url.Parse(c.Upstream)
 		switch {
@@ -109,6 +112,9 @@ func (v *validator) validate() {
 		if err != nil {
 			v.fail(path, "%q: want a CIDR such as 10.0.0.0/8 or fd00::/8, or a single address", s)
 			continue
+		}
+		if p.Bits() == 0 {
+			v.warn(path, "%q trusts every address: any client can name itself by X-Forwarded-For (or Forwarded) and take any key's limit, or a fresh one per request; list the proxies' own addresses", s)
 		}
 		c.keys.proxies = append(c.keys.proxies, p)
 	}

@@ -181,7 +181,7 @@ environment. SIGTERM drains: /readyz answers 503 at once, the listeners
 serve for server.shutdown_delay (5s) so that load balancers stop sending,
 then stop accepting, and requests in flight finish within
 server.shutdown_timeout (15s). SIGINT skips the delay; a second signal
-ends the process at once.
+ends the process at once (status 130 or 143, 128 + the signal).
 
 Exit status: 0 after a clean shutdown, 2 when FILE is invalid, 1 otherwise.
 
@@ -260,7 +260,11 @@ func runGateway(name string, g *gateway.Gateway, grace time.Duration, log *slog.
 // accepting. SIGTERM, what an orchestrator sends, drains first: /readyz
 // fails at once and the listeners serve for server.shutdown_delay, so that
 // load balancers stop sending; SIGINT (Ctrl-C) skips the delay. A second
-// signal ends the process at once, requests in flight or not.
+// signal ends the process at once, requests in flight or not, with status
+// 128 + the signal's number, as a shell reports a process it killed. It
+// is an exit of its own, not the signal's default action put back: a
+// process started with SIGINT ignored (nohup, a script's `cmd &`) would
+// get its ignoring back, and wait out shutdown_timeout.
 func stopOnSignal(g *gateway.Gateway) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sig := make(chan os.Signal, 1)
@@ -268,7 +272,12 @@ func stopOnSignal(g *gateway.Gateway) (context.Context, func()) {
 	go func() {
 		select {
 		case s := <-sig:
-			signal.Stop(sig)
+			go func() {
+				s := <-sig
+				n, _ := s.(syscall.Signal)
+				fmt.Fprintf(os.Stderr, "sluice: %v again: exiting at once\n", s)
+				os.Exit(128 + int(n))
+			}()
 			if s == syscall.SIGTERM {
 				g.Drain(ctx)
 			}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -171,4 +172,77 @@ func drainOnce(t *testing.T, delay time.Duration) bool {
 		t.Fatalf("exit %d; want 0 after a drain:\n%s", s.exitCode, s.logs())
 	}
 	return true
+}
+
+// TestSecondSignalEndsServe: a second signal ends sluice serve at once,
+// a request in flight or not, even when it was started with SIGINT and
+// SIGTERM ignored (nohup, or `sluice serve &` in a script), where the
+// signal's default action put back is to ignore it again: the process
+// then waited out shutdown_timeout.
+func TestSecondSignalEndsServe(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		first  syscall.Signal
+		second syscall.Signal
+	}{{"INT INT", syscall.SIGINT, syscall.SIGINT}, {"TERM INT", syscall.SIGTERM, syscall.SIGINT}, {"TERM TERM", syscall.SIGTERM, syscall.SIGTERM}} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived, release := make(chan struct{}, 1), make(chan struct{})
+			upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				<-release
+			}))
+			defer upstream.Close()
+			defer close(release)
+			path := filepath.Join(t.TempDir(), "sluice.yaml")
+			cfg := fmt.Sprintf("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: 127.0.0.1:0}\nupstream: %s\n"+
+				"server: {shutdown_delay: 60s, shutdown_timeout: 60s}\npolicies: [{name: all, match: /, anonymous: [{rate: 1/h, burst: 1000}]}]\n", upstream.URL)
+			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := startServeCmd(t, exec.Command("sh", "-c", `trap "" INT TERM; exec "$0" serve --config "$1"`, binary, path))
+			go func() {
+				if resp, err := (&http.Client{Timeout: 2 * time.Minute}).Get(s.traffic + "/slow"); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the slow request never reached the upstream")
+			}
+			if err := s.cmd.Process.Signal(tc.first); err != nil {
+				t.Fatal(err)
+			}
+			// The second signal once the first has been taken: /readyz
+			// fails (TERM) or the listeners close (INT).
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				resp, err := http.Get(s.admin + "/readyz")
+				if err != nil {
+					break
+				}
+				resp.Body.Close()
+				if resp.StatusCode == 503 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no sign of the first signal after 30s:\n%s", s.logs())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			sent := time.Now()
+			if err := s.cmd.Process.Signal(tc.second); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.exited:
+			case <-time.After(30 * time.Second): // the delay and timeout are 60s each
+				t.Fatalf("still running 30s after the second signal:\n%s", s.logs())
+			}
+			if want := 128 + int(tc.second); s.exitCode != want {
+				t.Fatalf("exit status %d, want %d:\n%s", s.exitCode, want, s.logs())
+			}
+			t.Logf("ended %v after the second signal", time.Since(sent))
+		})
+	}
 }

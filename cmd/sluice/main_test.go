@@ -171,9 +171,16 @@ func (s *server) terminate(t *testing.T) int {
 
 func startServe(t *testing.T, configPath string) *server {
 	t.Helper()
+	return startServeCmd(t, exec.Command(binary, "serve", "--config", configPath))
+}
+
+// startServeCmd is startServe for a command of its own that runs sluice
+// serve (through a shell, say).
+func startServeCmd(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
 	addrs := make(chan [3]string, 1)
 	re := regexp.MustCompile(`msg="sluice: serving" listen=(\S+) admin_listen=(\S+) decision_listen=(\S+)`)
-	s := launch(t, exec.Command(binary, "serve", "--config", configPath), func(line string) {
+	s := launch(t, cmd, func(line string) {
 		if m := re.FindStringSubmatch(line); m != nil {
 			addrs <- [3]string{m[1], m[2], m[3]}
 		}
