@@ -460,14 +460,15 @@ func (s *service) status(d *decision, m *statusBlock) *rlsv3.RateLimitResponse_D
 
 // resetSeconds is duration_until_reset in whole seconds: the end of the
 // current window for envoyproxy/ratelimit's fixed window (from the
-// store's clock when the decision says it, else from ours), the time until
+// store's clock when the decision says it, else from ours, as when the
+// store failed and this process's own bucket decided), the time until
 // the bucket is whole again for sluice's other algorithms, and a second
 // when the store failed and on_error refused.
 func (s *service) resetSeconds(d *decision) int64 {
 	switch {
 	case d.failed && d.over:
 		return max(1, ceilSeconds(d.res.RetryAfter))
-	case d.limit.Policy != "" && !d.failed:
+	case d.limit.Policy != "" && !d.failed && !(d.limit.Counted && d.res.DecidedBy == sluice.ByLocal):
 		reset := d.res.ResetAfter
 		if d.over && !d.limit.Counted { // a window ends when it ends
 			reset = max(reset, d.res.RetryAfter)

@@ -57,7 +57,14 @@ func TestOnErrorWithRedisKilled(t *testing.T) {
 	// local: a bucket of this process's own decides, and still refuses.
 	var codes []rlsv3.RateLimitResponse_Code
 	for range 4 {
-		codes = append(codes, s.one(t, "fail", desc("local", "y")).Code)
+		st := s.one(t, "fail", desc("local", "y"))
+		codes = append(codes, st.Code)
+		// Still the hour's window that ends when it ends, not the
+		// local bucket's time to refill.
+		left := 3600 - time.Now().Unix()%3600
+		if got := st.DurationUntilReset.GetSeconds(); got < left-2 || got > left+1 {
+			t.Fatalf("local with Redis killed: duration_until_reset %ds, want the window's %ds", got, left)
+		}
 	}
 	if codes[0] != ok || codes[3] != over {
 		t.Fatalf("local with Redis killed: %v, want OK first and OVER_LIMIT last", codes)
