@@ -364,6 +364,51 @@ const MaxUnixSocketPath = 107
 // /debug/pprof/ on DEBUG_HOST:DEBUG_PORT to loopback peers (admin.pprof).
 const PprofVar = "SLUICE_PPROF"
 
+// RLSBoundVars are sluice's own variables for `sluice ratelimit`, one for
+// each bound of the envoy_rls section that envoyproxy/ratelimit has no
+// variable for: a drop-in deployment sets them in its environment, as
+// sluice.yaml's envoy_rls section does (docs/envoy.md, "Bounds of the
+// listener"). Unset, each keeps the section's default.
+var RLSBoundVars = []struct{ Name, Field string }{
+	{"SLUICE_MAX_STREAMS_PER_CONNECTION", "max_streams_per_connection"},
+	{"SLUICE_MAX_STREAMS_PER_IP", "max_streams_per_ip"},
+	{"SLUICE_FIRST_MESSAGE_TIMEOUT", "first_message_timeout"},
+	{"SLUICE_MAX_IN_FLIGHT_PER_DOMAIN", "max_in_flight_per_domain"},
+	{"SLUICE_DOMAIN_WAIT", "domain_wait"},
+	{"SLUICE_BUSY_DOMAIN_REST", "busy_domain_rest"},
+	{"SLUICE_MAX_DESCRIPTORS", "max_descriptors"},
+	{"SLUICE_MAX_ENTRIES", "max_entries"},
+}
+
+// rlsBounds sets the envoy_rls bounds of RLSBoundVars that env sets.
+func rlsBounds(e *EnvoyRLS, env map[string]string, bad func(string, ...any)) {
+	ints := map[string]*int{"max_streams_per_connection": &e.MaxStreamsPerConnection, "max_streams_per_ip": &e.MaxStreamsPerIP,
+		"max_in_flight_per_domain": &e.MaxInFlightPerDomain, "busy_domain_rest": &e.BusyDomainRest,
+		"max_descriptors": &e.MaxDescriptors, "max_entries": &e.MaxEntries}
+	durations := map[string]*time.Duration{"first_message_timeout": &e.FirstMessageTimeout, "domain_wait": &e.DomainWait}
+	for _, b := range RLSBoundVars {
+		raw, set := env[b.Name]
+		if !set {
+			continue
+		}
+		if p, ok := ints[b.Field]; ok {
+			n, err := strconv.Atoi(strings.TrimSpace(raw))
+			if err != nil {
+				bad("%s=%q: want a whole number (envoy_rls.%s)", b.Name, raw, b.Field)
+				continue
+			}
+			*p = n
+			continue
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(raw))
+		if err != nil {
+			bad("%s=%q: want a duration such as 100ms or 2s (envoy_rls.%s)", b.Name, raw, b.Field)
+			continue
+		}
+		*durations[b.Field] = d
+	}
+}
+
 // ErrUpstreamEnv is wrapped by FromUpstreamEnv's errors.
 var ErrUpstreamEnv = errors.New("envoyproxy/ratelimit environment")
 
@@ -440,6 +485,7 @@ func FromUpstreamEnv(environ []string) (*Config, error) {
 	}
 	c.EnvoyRLS.Listen = net.JoinHostPort(str("GRPC_HOST"), port("GRPC_PORT"))
 	c.EnvoyRLS.Upstream = up
+	rlsBounds(&c.EnvoyRLS, env, bad)
 	switch n := num("LOCAL_CACHE_SIZE_IN_BYTES"); {
 	case n < 0:
 		bad("LOCAL_CACHE_SIZE_IN_BYTES=%d: want 0 (no cache of keys over their limit) or a number of bytes", n)
@@ -557,6 +603,14 @@ var (
 	upstreamFields    = regexp.MustCompile(`: [a-z_]+(\.[a-z_]+)*:`)
 	upstreamFieldVars = []struct{ field, vars string }{
 		{"envoy_rls.config_dir", "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY"},
+		{"envoy_rls.max_streams_per_connection", "SLUICE_MAX_STREAMS_PER_CONNECTION"},
+		{"envoy_rls.max_streams_per_ip", "SLUICE_MAX_STREAMS_PER_IP"},
+		{"envoy_rls.first_message_timeout", "SLUICE_FIRST_MESSAGE_TIMEOUT"},
+		{"envoy_rls.max_in_flight_per_domain", "SLUICE_MAX_IN_FLIGHT_PER_DOMAIN"},
+		{"envoy_rls.domain_wait", "SLUICE_DOMAIN_WAIT"},
+		{"envoy_rls.busy_domain_rest", "SLUICE_BUSY_DOMAIN_REST"},
+		{"envoy_rls.max_descriptors", "SLUICE_MAX_DESCRIPTORS"},
+		{"envoy_rls.max_entries", "SLUICE_MAX_ENTRIES"},
 		{"envoy_rls.tls", "GRPC_SERVER_USE_TLS, GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY and GRPC_CLIENT_TLS_CACERT"},
 		{"envoy_rls.listen", "GRPC_HOST and GRPC_PORT"},
 		{"envoy_rls", "LIMIT_RESPONSE_HEADERS_ENABLED and the LIMIT_ headers"},

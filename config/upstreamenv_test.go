@@ -92,6 +92,13 @@ func TestFromUpstreamEnvHonoured(t *testing.T) {
 		{[]string{"HOST=127.0.0.1", "PORT=9001"}, func(c *config.Config) string { return want(c.Listen, "127.0.0.1:9001") }},
 		{[]string{"DEBUG_HOST=127.0.0.2", "DEBUG_PORT=9002"}, func(c *config.Config) string { return want(c.AdminListen, "127.0.0.2:9002") }},
 		{[]string{"SLUICE_PPROF=true"}, func(c *config.Config) string { return want(c.Admin.Pprof, true) }},
+		{[]string{"SLUICE_MAX_IN_FLIGHT_PER_DOMAIN=512", "SLUICE_DOMAIN_WAIT=250ms", "SLUICE_BUSY_DOMAIN_REST=-1", "SLUICE_MAX_STREAMS_PER_IP=4096",
+			"SLUICE_MAX_STREAMS_PER_CONNECTION=200", "SLUICE_FIRST_MESSAGE_TIMEOUT=5s", "SLUICE_MAX_DESCRIPTORS=128", "SLUICE_MAX_ENTRIES=16"},
+			func(c *config.Config) string {
+				e := c.EnvoyRLS
+				return want(fmt.Sprint(e.MaxInFlightPerDomain, e.DomainWait, e.BusyDomainRest, e.MaxStreamsPerIP, e.MaxStreamsPerConnection, e.FirstMessageTimeout, e.MaxDescriptors, e.MaxEntries),
+					"512 250ms -1 4096 200 5s 128 16")
+			}},
 		{[]string{"SLUICE_PPROF=false"}, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
 		{nil, func(c *config.Config) string { return want(c.Admin.Pprof, false) }},
 		{[]string{"GRPC_HOST=127.0.0.3", "GRPC_PORT=9003"}, func(c *config.Config) string { return want(c.EnvoyRLS.Listen, "127.0.0.3:9003") }},
@@ -363,6 +370,10 @@ func TestFromUpstreamEnvInvalid(t *testing.T) {
 	for _, tc := range []struct{ v, want string }{
 		// USE_STATSD=true first: upstreamBase turns the stats off.
 		{"PORT=http", "PORT=\"http\": want a whole number"},
+		{"SLUICE_MAX_IN_FLIGHT_PER_DOMAIN=lots", "SLUICE_MAX_IN_FLIGHT_PER_DOMAIN=\"lots\": want a whole number (envoy_rls.max_in_flight_per_domain)"},
+		{"SLUICE_DOMAIN_WAIT=soon", "SLUICE_DOMAIN_WAIT=\"soon\": want a duration"},
+		{"SLUICE_DOMAIN_WAIT=2m", "SLUICE_DOMAIN_WAIT (envoy_rls.domain_wait): 2m0s: want how long a call may wait"},
+		{"SLUICE_MAX_DESCRIPTORS=-3", "SLUICE_MAX_DESCRIPTORS (envoy_rls.max_descriptors): -3"},
 		{"PORT=70000", "PORT=70000: want a port"},
 		{"LOG_LEVEL=loud", "LOG_LEVEL=\"loud\""},
 		{"REDIS_SOCKET_TYPE=udp", "REDIS_SOCKET_TYPE=\"udp\": want unix or tcp"},
