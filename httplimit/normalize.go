@@ -66,6 +66,7 @@ var (
 	errPathParam    = errors.New("the path holds a path parameter (;), which this server refuses")
 	errBadEscape    = errors.New("the path holds a malformed percent-encoding")
 	errMethod       = errors.New("the method is not implemented: methods are case-sensitive, write it in uppercase")
+	errAsterisk     = errors.New("the request target * is only OPTIONS's, about the server itself; this server does not pass it on")
 )
 
 // normalizeRequest returns r in its normal form: r itself when it is
@@ -77,6 +78,9 @@ func normalizeRequest(r *http.Request, paths Paths) (*http.Request, error) {
 	}
 	if r.URL == nil {
 		return nil, errBadEscape
+	}
+	if r.RequestURI == "*" { // net/http answers OPTIONS * itself
+		return nil, errAsterisk
 	}
 	raw := rawPath(r)
 	path, err := normalizePath(raw, paths.EscapedSlashes)

@@ -136,6 +136,8 @@ func TestNormalizedRequestPassedOn(t *testing.T) {
 		{"get", "/products/1", http.StatusNotImplemented},
 		{"GET", "/products%2F1", http.StatusBadRequest},
 		{"GET", "/products/1;jsessionid=2", http.StatusBadRequest},
+		{"GET", "*", http.StatusBadRequest}, // was passed on as GET /*
+		{"POST", "*", http.StatusBadRequest},
 	} {
 		got = ""
 		w := httptest.NewRecorder()

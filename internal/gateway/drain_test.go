@@ -173,7 +173,7 @@ func TestShutdownFieldsReload(t *testing.T) {
 	if err := g.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(log.String(), "the server section changed") {
+	if strings.Contains(log.String(), "apply at the next restart") {
 		t.Fatalf("a reload of the shutdown fields warns that they need a restart:\n%s", log)
 	}
 	drained := make(chan struct{})
@@ -182,5 +182,27 @@ func TestShutdownFieldsReload(t *testing.T) {
 	case <-drained:
 	case <-time.After(60 * time.Second):
 		t.Fatal("Drain still waits the 10m delay of before the reload; want the reloaded 0s")
+	}
+}
+
+// TestServerFieldsReloadWarning: a reload that changes fields of the
+// server section names those that wait for a restart, and not
+// max_body_bytes, which applies at once.
+func TestServerFieldsReloadWarning(t *testing.T) {
+	g, log, _, _ := drainGW(t, "server: {shutdown_delay: 1s}\n")
+	yaml, err := os.ReadFile(g.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(yaml), "shutdown_delay: 1s", "shutdown_delay: 1s, read_timeout: 45s, max_connections: 500, max_body_bytes: 2048", 1)
+	if err := os.WriteFile(g.path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// max_connections_per_ip follows max_connections below 1024 (a quarter).
+	if !strings.Contains(log.String(), `fields="server.read_timeout, server.max_connections, server.max_connections_per_ip"`) {
+		t.Fatalf("the warning does not name the fields that wait for a restart (and them alone):\n%s", log)
 	}
 }

@@ -378,10 +378,17 @@ func (b *bufferPool) Get() []byte {
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
-// upstreamFailed answers a request whose upstream did not.
+// upstreamFailed answers a request whose upstream did not. A request
+// whose body passed max_body_bytes on the way did not fail upstream:
+// guardWriter answers and counts it as what it is (413), and nothing is
+// logged of it, as of the gateway's other refusals.
 func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) {
 		w.WriteHeader(499) // the client went away; nobody reads this
+		return
+	}
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		w.WriteHeader(http.StatusBadGateway) // replaced by guardWriter's 413
 		return
 	}
 	g.log.Warn("sluice: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,16 +317,27 @@ func rejectReason(status int) string {
 }
 
 // warnRestartServer logs that a changed server section, the listeners'
-// bounds, applies at the next restart (max_body_bytes applies at once).
+// bounds, applies at the next restart, naming the fields (max_body_bytes
+// and the shutdown fields apply at once: they are not named).
 func warnRestartServer(log *slog.Logger, path string, old, cfg *config.Config) {
 	o, n := old.Server, cfg.Server
 	o.MaxBodyBytes, n.MaxBodyBytes = nil, nil
 	// The shutdown fields are read when the gateway stops (drain.go).
 	o.ShutdownDelay, n.ShutdownDelay = nil, nil
 	o.ShutdownTimeout, n.ShutdownTimeout = 0, 0
-	if o != n {
-		log.Warn("sluice: the server section changed; its timeouts and bounds apply at the next restart", "file", path)
+	if o == n {
+		return
 	}
+	var fields []string
+	ov, nv := reflect.ValueOf(o), reflect.ValueOf(n)
+	for i := range ov.NumField() {
+		if !reflect.DeepEqual(ov.Field(i).Interface(), nv.Field(i).Interface()) {
+			name, _, _ := strings.Cut(ov.Type().Field(i).Tag.Get("yaml"), ",")
+			fields = append(fields, "server."+name)
+		}
+	}
+	log.Warn("sluice: these fields of the server section apply at the next restart (max_body_bytes, shutdown_delay and shutdown_timeout apply at once)",
+		"file", path, "fields", strings.Join(fields, ", "))
 }
 
 // perAddress bounds the open connections of each client address on a

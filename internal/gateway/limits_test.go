@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit: a thousand slow
@@ -230,7 +234,14 @@ func TestProxiedBodyLimit(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	s := serve(t, "", "upstream: "+upstream.URL+"\nserver: {max_body_bytes: 1024}\n")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	writeFile(t, path, "listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: off}\nupstream: "+upstream.URL+"\nserver: {max_body_bytes: 1024}\n"+
+		"policies: [{name: all, match: /, anonymous: [{rate: 1/h, burst: 1000}]}]\n")
+	logs := &syncbuf.Buffer{}
+	g := gatewaytest.Start(t, New, path, logs).Serve(t, 5*time.Second).G
+	traffic, admin := g.Addrs()
+	s := &served{g: g, traffic: "http://" + traffic.String(), admin: "http://" + admin.String()}
 	if resp, b := send(s.traffic+"/up", 1024, false); resp.StatusCode != 200 || b != "1024" {
 		t.Fatalf("1024 bytes: %d %s", resp.StatusCode, b)
 	}
@@ -246,6 +257,9 @@ func TestProxiedBodyLimit(t *testing.T) {
 	}
 	if resp, b := send(s.traffic+"/up", 200_000, true); resp.StatusCode != 413 || !strings.Contains(b, "body_too_large") {
 		t.Fatalf("200000 bytes chunked: %d %s; want 413", resp.StatusCode, b)
+	}
+	if strings.Contains(logs.String(), "upstream failed") {
+		t.Errorf("a body past the bound was logged as the upstream's failure:\n%s", logs.String())
 	}
 	_, metrics := status(t, s.admin+"/metrics")
 	if !strings.Contains(metrics, `sluice_server_rejections_total{listener="traffic",reason="body_too_large"} 2`) {
