@@ -457,3 +457,28 @@ func TestDecisionAPIPlacement(t *testing.T) {
 		t.Fatalf("another path on the traffic listener: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestEvictionPolicyCheckedWhenRedisComesUp: a Redis that did not answer
+// at start has its maxmemory-policy read once it does, by /readyz's
+// probe: one that comes up with allkeys-lru is reported as one that was up
+// at start is.
+func TestEvictionPolicyCheckedWhenRedisComesUp(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "allkeys-lru"))
+	srv.Kill()
+	s := serve(t, "", "store: {type: redis, on_error: local, redis: {url: \""+srv.URL()+"\", timeout: 100ms}}\npolicies: []\n")
+	if _, body := status(t, s.admin+"/readyz"); !strings.Contains(body, "store failing") || strings.Contains(body, "maxmemory-policy") {
+		t.Fatalf("/readyz with Redis down: %q", body)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := status(t, s.admin+"/readyz")
+		if strings.Contains(body, "maxmemory-policy allkeys-lru") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz 30s after Redis came up: %q; want its maxmemory-policy reported", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -69,7 +69,7 @@ type Gateway struct {
 	tracer  trace.Tracer // tracing's, or nil
 
 	store      sluice.Store        // what the policies check
-	probes     []probe             // what /readyz asks: each store itself, without failure policy
+	probes     []*probe            // what /readyz asks: each store itself, without failure policy
 	layers     []resilient.Options // of each resilient layer built, REDIS_URL's first (tests read them)
 	resilient  bool                // store is a resilient layer in front of Redis
 	closeStore func() error
@@ -190,11 +190,11 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 			_ = local.Close()
 			return err
 		}
-		g.store, g.probes = all, []probe{{store: local}}
+		g.store, g.probes = all, []*probe{{store: local}}
 		g.closeStore = func() error { _ = all.Close(); return local.Close() }
 		return nil
 	}
-	client, raw, eviction, err := newRedisStore(cfg.Store.Redis, g.log)
+	client, raw, pr, err := newRedisStore(cfg.Store.Redis, g.log)
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
@@ -248,7 +248,7 @@ func (g *Gateway) openStore(cfg *config.Config) error {
 	g.layers = append(g.layers, opts)
 	g.redisClient = client
 	g.store, g.resilient = rs, true
-	g.probes = []probe{{store: raw, eviction: eviction}}
+	g.probes = []*probe{pr}
 	closePerSecond := func() {}
 	if up != nil && up.PerSecond != nil {
 		// The per-second Redis has a resilient layer of its own (its
@@ -462,11 +462,36 @@ func (g *Gateway) Admin() http.Handler {
 
 // probe is a store /readyz asks, without failure policy: name says which
 // (empty when there is one store), eviction is a warning about its Redis's
-// eviction policy, or "".
+// eviction policy, or "" (nil: not checked yet).
 type probe struct {
-	name, eviction string
-	store          sluice.Store
-	timeout        time.Duration // its Redis's deadline, when not store.redis's
+	name     string
+	store    sluice.Store
+	timeout  time.Duration // its Redis's deadline, when not store.redis's
+	eviction atomic.Pointer[string]
+	// unchecked is the Redis whose eviction policy is still to be read: it
+	// did not answer at start. The first probe that it answers reads it
+	// (checkEviction), so a Redis that comes up later with allkeys-lru is
+	// reported as one that was up at start is.
+	unchecked redis.UniversalClient
+	checking  atomic.Bool
+}
+
+// checkEviction reads the eviction policy of p's Redis once, when it was
+// not read at start and p's store has just answered.
+func (p *probe) checkEviction(ctx context.Context, log *slog.Logger) {
+	if p.unchecked == nil || p.eviction.Load() != nil || !p.checking.CompareAndSwap(false, true) {
+		return
+	}
+	w := checkEviction(ctx, p.unchecked, log)
+	p.eviction.Store(&w)
+}
+
+// warning is p's eviction warning, or "".
+func (p *probe) warning() string {
+	if w := p.eviction.Load(); w != nil {
+		return *w
+	}
+	return ""
 }
 
 // serveReady is ready when every store answers a write, or when one does
@@ -505,12 +530,14 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 		if errs[i] != nil {
 			failing = append(failing, fmt.Sprintf("%s failing (%s: %v)", what, classifyRedis(errs[i]), errs[i]))
+		} else {
+			p.checkEviction(ctx, g.log)
 		}
-		if p.eviction != "" {
+		if w := p.warning(); w != "" {
 			if p.name != "" {
-				notes = append(notes, p.name+": "+p.eviction)
+				notes = append(notes, p.name+": "+w)
 			} else {
-				notes = append(notes, p.eviction)
+				notes = append(notes, w)
 			}
 		}
 	}

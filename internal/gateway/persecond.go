@@ -49,7 +49,7 @@ func withPerSecond(ctx context.Context, rls *config.EnvoyRLS, p *httplimit.Polic
 // are the main layer's with the prefix persecond_. It adds the Redis to
 // the probes of /readyz; close closes what it opened.
 func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter time.Duration) (sluice.Store, func(), error) {
-	client, raw, eviction, err := newRedisStore(r, g.log)
+	client, raw, pr, err := newRedisStore(r, g.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,7 +74,8 @@ func (g *Gateway) openPerSecond(r config.Redis, opts resilient.Options, jitter t
 	rs := resilient.New(all, opts)
 	g.layers = append(g.layers, opts)
 	g.perSecondClient = client
-	g.probes = append(g.probes, probe{name: "the per-second Redis (REDIS_PERSECOND_URL)", store: raw, eviction: eviction, timeout: r.Timeout})
+	pr.name, pr.timeout = "the per-second Redis (REDIS_PERSECOND_URL)", r.Timeout
+	g.probes = append(g.probes, pr)
 	return rs, func() {
 		_ = rs.Close()
 		_ = all.Close()

@@ -63,33 +63,38 @@ func redisClientOptions(r config.Redis, timeout time.Duration, pool int) redisst
 // cure it. A Redis that does not answer at start is logged, not fatal: the
 // failure policy (on_error) decides requests until it answers. The
 // eviction policy of every master is read and reported (see
-// checkEviction).
-func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, string, error) {
+// checkEviction); unchecked ("", false) when Redis did not answer, and
+// then checked once it does (probe.checkEviction).
+func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, *probe, error) {
 	redis.SetLogger(redisLog{log})
 	client, err := redisstore.NewClient(redisClientOptions(r, redisMaxWait(r), max(r.PoolSize, redisPoolSize)))
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	eviction := ""
+	var opts redisstore.Options
+	opts.DisableCoalescing = !r.CoalesceOn()
+	store := redisstore.New(client, opts)
+	p := &probe{store: store}
 	if err := redisstore.Ping(ctx, client); err != nil {
 		if errors.Is(err, redisstore.ErrCredentials) || errors.Is(err, redisstore.ErrCertificate) {
+			_ = store.Close()
 			_ = client.Close()
-			return nil, nil, "", err
+			return nil, nil, nil, err
 		}
-		log.Warn("sluice: Redis does not answer at start; on_error decides until it does", "err", err)
+		log.Warn("sluice: Redis does not answer at start; on_error decides until it does (its maxmemory-policy is checked then)", "err", err)
+		p.unchecked = client
 	} else {
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			// Load the slot map and open a connection to every master now,
 			// not under the first requests' deadlines.
 			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
 		}
-		eviction = checkEviction(ctx, client, log)
+		w := checkEviction(ctx, client, log)
+		p.eviction.Store(&w)
 	}
-	var opts redisstore.Options
-	opts.DisableCoalescing = !r.CoalesceOn()
-	return client, redisstore.New(client, opts), eviction, nil
+	return client, store, p, nil
 }
 
 // checkEviction reads maxmemory-policy from every master and warns when
