@@ -262,7 +262,7 @@ func Parse(name, dir string, data []byte) (*Config, error) {
 		return nil, Errors{{File: name, Line: yamlErrorLine(err), Msg: "a second YAML document, and not valid YAML: " + err.Error() + "; keep one configuration per file"}}
 	}
 	if root.Kind != 0 {
-		d.env = expandEnv(name, &root, d.errs)
+		d.env = expandEnv(name, &root, d.errs, func(path string) { d.bad[path] = true })
 		d.fromEnv = make(map[string][]envUse)
 		d.decode(&root, reflect.ValueOf(c).Elem(), "")
 	}

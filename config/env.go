@@ -32,18 +32,20 @@ var lookupEnv = os.LookupEnv
 
 // expandEnv expands the variables in every scalar value under n (a
 // document), in place. It returns the variables each expanded node used;
-// problems go to errs.
-func expandEnv(file string, n *yaml.Node, errs *Errors) map[*yaml.Node][]envUse {
-	x := &envExpander{file: file, errs: errs, used: map[*yaml.Node][]envUse{}, seen: map[*yaml.Node]bool{}}
+// problems go to errs, and their field paths to failed, so that the value
+// left unexpanded is not reported again as invalid.
+func expandEnv(file string, n *yaml.Node, errs *Errors, failed func(path string)) map[*yaml.Node][]envUse {
+	x := &envExpander{file: file, errs: errs, failed: failed, used: map[*yaml.Node][]envUse{}, seen: map[*yaml.Node]bool{}}
 	x.walk(n, "")
 	return x.used
 }
 
 type envExpander struct {
-	file string
-	errs *Errors
-	used map[*yaml.Node][]envUse
-	seen map[*yaml.Node]bool // an anchored node is expanded once, however many aliases name it
+	file   string
+	errs   *Errors
+	failed func(path string)
+	used   map[*yaml.Node][]envUse
+	seen   map[*yaml.Node]bool // an anchored node is expanded once, however many aliases name it
 }
 
 func (x *envExpander) walk(n *yaml.Node, path string) {
@@ -71,6 +73,7 @@ func (x *envExpander) walk(n *yaml.Node, path string) {
 		v, uses, msg := expandValue(n.Value, lookupEnv)
 		if msg != "" {
 			x.errs.add(x.file, n.Line, path, msg)
+			x.failed(path)
 			return
 		}
 		n.Value = v

@@ -89,6 +89,12 @@ func TestEnvUnset(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q:\n got %v\nwant %s", c.yaml, err, c.want)
 		}
+		// The field is reported once: its value, left unexpanded, is not
+		// checked again as an invalid rate or URL.
+		var es Errors
+		if errors.As(err, &es) && len(es) != 1 {
+			t.Errorf("%q: %d errors, want the one:\n%v", c.yaml, len(es), err)
+		}
 	}
 }
 

@@ -19,8 +19,12 @@ func (g *Gateway) initTLS(cfg *config.Config) error {
 	g.tlsConfigs = make(map[string]*tls.Config)
 	for _, name := range []string{config.ListenerTraffic, config.ListenerDecision, config.ListenerAdmin, config.ListenerEnvoyRLS} {
 		t := cfg.ListenerTLS(name)
-		if t == nil {
+		switch {
+		case t == nil:
 			continue
+		case name == config.ListenerEnvoyRLS && cfg.EnvoyRLS.Listen == "",
+			name == config.ListenerDecision && cfg.DecisionAPI.Listen == config.DecisionListenOff:
+			continue // no such listener: nothing to serve, or to log, over TLS
 		}
 		base := &tls.Config{MinVersion: t.Version(), NextProtos: []string{"http/1.1"}}
 		if name == config.ListenerEnvoyRLS {

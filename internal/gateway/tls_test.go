@@ -24,6 +24,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/internal/testkit/certstest"
+	"github.com/sluicehq/sluice/internal/testkit/gatewaytest"
+	"github.com/sluicehq/sluice/internal/testkit/syncbuf"
 )
 
 // tlsGW is a gateway serving every listener, the gRPC one included, with
@@ -397,4 +399,29 @@ func TestTLSHandshakeErrorsAreCountedNotLogged(t *testing.T) {
 		t.Fatalf("%d handshake errors logged in %v, want 1 to %d:\n%s", lines, elapsed, max, gw.log.String())
 	}
 	t.Logf("%d failed handshakes in %v: %d logged", n, elapsed, lines)
+}
+
+// TestTLSOnlyForListenersServed: a top-level tls section names (and
+// reads for) the listeners that are served, not the gRPC or decision
+// listener of a configuration that has none.
+func TestTLSOnlyForListenersServed(t *testing.T) {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, "sluice test CA")
+	ca.Issue(t, "server").Write(t, dir, "server")
+	path := filepath.Join(dir, "sluice.yaml")
+	certstest.WriteFile(t, path, []byte("listen: 127.0.0.1:0\nadmin_listen: 127.0.0.1:0\ndecision_api: {listen: off}\n"+
+		"tls: {cert_file: server.crt, key_file: server.key}\npolicies: []\n"))
+	log := &syncbuf.Buffer{}
+	gatewaytest.Start(t, New, path, log).Serve(t, 5*time.Second)
+	logs := log.String()
+	for _, want := range []string{"listener=traffic", "listener=admin"} {
+		if !strings.Contains(logs, `msg="sluice: TLS" `+want) {
+			t.Errorf("no TLS line for %s:\n%s", want, logs)
+		}
+	}
+	for _, not := range []string{"listener=envoy_rls", "listener=decision"} {
+		if strings.Contains(logs, `msg="sluice: TLS" `+not) {
+			t.Errorf("a TLS line for %s, which is not served:\n%s", not, logs)
+		}
+	}
 }
