@@ -2,9 +2,7 @@ package algo
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,7 +36,8 @@ var (
 // redisStore runs one algorithm's script. Its keys follow the token
 // bucket's rules: prefix + "{" + key + "}", the hash tag keeping a
 // caller's state in one Cluster slot, keys longer than
-// redisstore.MaxKeyLen replaced by their hash, and an expiry on every
+// redisstore.MaxKeyLen (or beginning '#') replaced by '#' and their hash
+// (redisstore.KeyName), and an expiry on every
 // write. The script is sent with EVALSHA and re-sent on NOSCRIPT.
 type redisStore struct {
 	name     string
@@ -76,14 +75,8 @@ func (s *redisStore) Adjust(ctx context.Context, req sluice.Request, delta int64
 func (s *redisStore) Key(key string) string { return redisKey(s.prefix, key) }
 
 // redisKey is the Redis key of a caller key under prefix: the token
-// bucket's layout (see redisStore).
-func redisKey(prefix, key string) string {
-	if len(key) > redisstore.MaxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		key = base64.RawURLEncoding.EncodeToString(sum[:])
-	}
-	return prefix + "{" + key + "}"
-}
+// bucket's layout (redisstore.KeyName).
+func redisKey(prefix, key string) string { return redisstore.KeyName(prefix, key) }
 
 // The arguments are those of the token bucket script (see common.lua).
 func (s *redisStore) run(ctx context.Context, op, key string, amount, maxDelayUs int64, rules []sluice.Rule) (sluice.Result, error) {

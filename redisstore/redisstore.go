@@ -31,8 +31,9 @@
 //
 // Each caller key is one Redis string holding every rule's bucket (16
 // bytes a rule), named Prefix + "{" + key + "}": the hash tag keeps all of a
-// caller's state in one Cluster slot. Keys longer than MaxKeyLen are
-// replaced by a hash. Every write sets an expiry: the time until every
+// caller's state in one Cluster slot. Keys longer than MaxKeyLen, and
+// keys that begin with '#', are replaced by '#' and a hash (KeyName), so
+// that no key names another's hash. Every write sets an expiry: the time until every
 // bucket is full again, plus a margin, so no key lives forever and dropping
 // one loses nothing.
 package redisstore
@@ -70,7 +71,8 @@ var (
 )
 
 // MaxKeyLen bounds the caller-key part of a Redis key; longer keys are
-// replaced by the base64url SHA-256 of the key (43 bytes).
+// replaced by '#' and the base64url SHA-256 of the key (44 bytes), and so
+// is a key that begins with '#' (KeyName).
 const MaxKeyLen = 64
 
 // Scripter is the part of a go-redis client the store uses; every go-redis
@@ -192,12 +194,24 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sl
 }
 
 // Key returns the Redis key that holds the buckets of a caller key.
-func (s *Store) Key(key string) string {
-	if len(key) > MaxKeyLen {
+func (s *Store) Key(key string) string { return KeyName(s.prefix, key) }
+
+// KeyName is the Redis key of a caller key under prefix: prefix + "{" +
+// key + "}", the hash tag keeping all of a caller's state in one Cluster
+// slot. A key longer than MaxKeyLen is replaced by '#' and its base64url
+// SHA-256, and so is a key that begins with '#': a key kept as it is never
+// begins with '#', so no caller's key can name the hash of another's (a
+// 43-byte key that was the hash of a long one shared its bucket, and one
+// caller could spend another's limit by naming it).
+func KeyName(prefix, key string) string {
+	if len(key) > MaxKeyLen || strings.HasPrefix(key, "#") {
 		sum := sha256.Sum256([]byte(key))
-		key = base64.RawURLEncoding.EncodeToString(sum[:])
+		var b [1 + 43]byte
+		b[0] = '#'
+		base64.RawURLEncoding.Encode(b[1:], sum[:])
+		return prefix + "{" + string(b[:]) + "}"
 	}
-	return s.prefix + "{" + key + "}"
+	return prefix + "{" + key + "}"
 }
 
 // op is one check or adjustment on its way to the script.

@@ -239,6 +239,40 @@ func TestKeysAreBoundedAndTagged(t *testing.T) {
 	}
 }
 
+// A caller cannot name another's bucket: a short key that spells the hash
+// a long key is replaced by (with or without the '#' it is marked by)
+// has a bucket of its own, on real Redis too; the memory store, which
+// holds every key by a seeded hash, never had the problem.
+func TestShortKeyCannotNameALongKeysHash(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	rs := redisstore.New(client, redisstore.Options{})
+	defer rs.Close()
+	victim := "victim-" + strings.Repeat("@example.com", 6) // 79 bytes: hashed
+	name := rs.Key(victim)
+	hash := strings.TrimSuffix(strings.TrimPrefix(name, "sluice:{"), "}")
+	if !strings.HasPrefix(hash, "#") || len(hash) != 44 {
+		t.Fatalf("the long key's name %q: want '#' and 43 bytes of base64url", name)
+	}
+	rules := []sluice.Rule{{Rate: 0.001, Burst: 2}}
+	for _, attacker := range []string{hash, hash[1:], "#"} {
+		if rs.Key(attacker) == name {
+			t.Fatalf("key %q names the long key's bucket %q", attacker, name)
+		}
+		for range 2 {
+			if _, err := rs.Check(ctx, sluice.Request{Key: attacker, Cost: 1, Rules: rules}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := rs.Check(ctx, sluice.Request{Key: victim, Cost: 1, Rules: rules})
+	if err != nil || !res.Allowed || res.Remaining != 1 {
+		t.Fatalf("the victim's first check after the attacker's: %+v, %v; want allowed with 1 left", res, err)
+	}
+	if rs.Key("payments:user-1") != "sluice:{payments:user-1}" {
+		t.Fatal("a short key without '#' is no longer kept as it is")
+	}
+}
+
 func TestInvalidInputNeverReachesRedis(t *testing.T) {
 	rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redisstore.Options{})
 	_, err := rs.Check(ctx, sluice.Request{Key: "k", Cost: 9, Rules: []sluice.Rule{{Rate: 1, Burst: 5}}})

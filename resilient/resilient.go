@@ -354,6 +354,12 @@ type Store struct {
 
 var _ sluice.Store = (*Store)(nil)
 
+// errNoPrimary answers every call of a Store that New was given no store
+// for: a mistake of the program, not a failure of a store, so no failure
+// policy serves it (open would let everything through) and it is not
+// left to a worker goroutine, where it panicked out of the caller's reach.
+var errNoPrimary = fmt.Errorf("resilient: New was given a nil store to wrap: %w", sluice.ErrInvalid)
+
 // New returns a Store in front of primary. Close it to stop the local
 // store's background sweep.
 func New(primary sluice.Store, opts Options) *Store {
@@ -513,6 +519,9 @@ func (s *Store) CheckDecision(ctx context.Context, req sluice.Request) (sluice.R
 	if err := sluice.ValidateRequest(req); err != nil {
 		return sluice.Result{}, Report{Key: req.Key}, err
 	}
+	if s.primary == nil {
+		return sluice.Result{}, Report{Key: req.Key}, errNoPrimary
+	}
 	now := s.clock()
 	remembered := false
 	if s.denials != nil {
@@ -634,6 +643,9 @@ func (s *Store) Adjust(ctx context.Context, req sluice.Request, delta int64) (sl
 	key, rules := req.Key, req.Rules
 	if err := sluice.ValidateAdjust(key, rules); err != nil {
 		return sluice.Result{}, err
+	}
+	if s.primary == nil {
+		return sluice.Result{}, errNoPrimary
 	}
 	if delta < 0 && s.denials != nil {
 		s.denials.forget(key, rules)

@@ -151,6 +151,29 @@ func TestInvalidInputIsNotAFailure(t *testing.T) {
 	}
 }
 
+// A Store made with no store to wrap answers every call with an error
+// wrapping sluice.ErrInvalid, whatever the failure policy (open would let
+// everything through); it panicked on a worker goroutine, out of the
+// caller's reach.
+func TestNilPrimaryIsAnError(t *testing.T) {
+	for _, mode := range []resilient.Mode{resilient.Open, resilient.Closed, resilient.Local} {
+		s := resilient.New(nil, resilient.Options{OnError: mode})
+		req := sluice.Request{Key: "k", Cost: 1, Rules: []sluice.Rule{{Rate: 1, Burst: 5}}}
+		if res, err := s.Check(ctx, req); !errors.Is(err, sluice.ErrInvalid) || res.Allowed {
+			t.Fatalf("%v: Check = %+v, %v; want ErrInvalid, not allowed", mode, res, err)
+		}
+		if _, err := s.Adjust(ctx, req, 1); !errors.Is(err, sluice.ErrInvalid) {
+			t.Fatalf("%v: Adjust = %v; want ErrInvalid", mode, err)
+		}
+		if _, err := s.Inspect(ctx, req); err == nil {
+			t.Fatalf("%v: Inspect of nothing answered", mode)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestFailurePolicies(t *testing.T) {
 	rules := []sluice.Rule{{Rate: 100, Burst: 10}, {Rate: 1000.0 / 86400, Burst: 1000}}
 	req := sluice.Request{Key: "k", Cost: 3, Rules: rules}
