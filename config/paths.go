@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Paths says how request paths are normalised before they are matched and
@@ -36,7 +38,7 @@ func (v *validator) paths() {
 	v.forwardedHeader()
 	v.catchAll()
 	for i, p := range c.Policies {
-		if why := abnormal(p.Match); why != "" {
+		if why := decide.AbnormalPattern(p.Match); why != "" {
 			v.fail(fmt.Sprintf("policies[%d].match", i), "%q holds %s, which no request does once normalised (dot segments removed, repeated slashes merged, path parameters refused); write the path as it is served", p.Match, why)
 		}
 	}
@@ -103,33 +105,4 @@ func (v *validator) catchAll() {
 	e := FieldError{File: v.file, Line: v.line(field), Field: field,
 		Msg: `no policy matches "/" (every method, every path), so a request to a path that no pattern names reaches the upstream unlimited; add a catch-all such as {name: default, match: "/", anonymous: [{rate: 100/s, burst: 200}]}`}
 	c.Warnings = append(c.Warnings, e.Error())
-}
-
-// abnormal says what in the path of pattern no normalised request holds,
-// or "" when nothing does.
-func abnormal(pattern string) string {
-	path := pattern
-	if i := strings.IndexAny(path, " \t"); i >= 0 {
-		path = strings.TrimLeft(path[i+1:], " \t")
-	}
-	if i := strings.IndexByte(path, '/'); i > 0 {
-		path = path[i:]
-	}
-	if !strings.HasPrefix(path, "/") {
-		return "" // policies() says what is wrong with it
-	}
-	switch {
-	case strings.Contains(path, "//"):
-		return "an empty segment (//)"
-	case strings.Contains(path, ";"):
-		return "a path parameter (;)"
-	case strings.Contains(path, "\\"):
-		return "a backslash"
-	}
-	for seg := range strings.SplitSeq(path[1:], "/") {
-		if seg == "." || seg == ".." {
-			return "a dot segment (" + seg + ")"
-		}
-	}
-	return ""
 }

@@ -113,8 +113,11 @@ func New(cfg Config) (*Core, error) {
 		allow:    compileAllowlist(cfg.Allowlist),
 		tracer:   cfg.Tracer,
 	}
-	if c.ipv6Bits <= 0 || c.ipv6Bits > 128 {
+	switch {
+	case c.ipv6Bits == 0:
 		c.ipv6Bits = 64
+	case c.ipv6Bits < 0 || c.ipv6Bits > 128:
+		return nil, fmt.Errorf("httplimit: IPv6Prefix %d: want 1 to 128 leading bits of an IPv6 address (0: 64)", c.ipv6Bits)
 	}
 	if c.log == nil {
 		c.log = slog.Default()

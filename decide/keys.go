@@ -367,3 +367,38 @@ func appendValue(b []byte, v string) []byte {
 func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
+
+// AbnormalPattern says what in the path of pattern (a net/http.ServeMux
+// pattern) no request holds once normalised, or "": an empty segment
+// (//), a path parameter (;), a backslash, or a dot segment, written as
+// it is or encoded (%2e). Requests are matched in their normal form
+// (httplimit's Paths: dot segments removed, slashes merged, path
+// parameters and backslashes refused), so a policy of such a pattern
+// would never limit anything; the configuration file and httplimit.New
+// refuse it.
+func AbnormalPattern(pattern string) string {
+	path := pattern
+	if i := strings.IndexAny(path, " \t"); i >= 0 {
+		path = strings.TrimLeft(path[i+1:], " \t")
+	}
+	if i := strings.IndexByte(path, '/'); i > 0 {
+		path = path[i:]
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "" // the ServeMux says what is wrong with it
+	}
+	switch {
+	case strings.Contains(path, "//"):
+		return "an empty segment (//)"
+	case strings.Contains(path, ";"):
+		return "a path parameter (;)"
+	case strings.Contains(path, "\\"):
+		return "a backslash"
+	}
+	for seg := range strings.SplitSeq(path[1:], "/") {
+		if dots := strings.ReplaceAll(strings.ToLower(seg), "%2e", "."); dots == "." || dots == ".." {
+			return "a dot segment (" + seg + ")"
+		}
+	}
+	return ""
+}

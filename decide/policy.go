@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -160,8 +161,17 @@ func compile(in Policy) (*Compiled, error) {
 	if len(in.Anonymous) == 0 && len(in.Authenticated) == 0 {
 		return nil, fmt.Errorf("httplimit: policy %q has no rules", in.Name)
 	}
+	if bad := strings.IndexFunc(in.Name, func(r rune) bool { return r < ' ' || r > '~' || r == '"' || r == '\\' }); bad >= 0 {
+		return nil, fmt.Errorf("httplimit: policy %q: want a name of printable ASCII without quotes or backslashes (it names the RateLimit headers' items)", in.Name)
+	}
 	if in.Cost < 0 || in.MaxDelay < 0 {
 		return nil, fmt.Errorf("httplimit: policy %q: cost and max delay must not be negative", in.Name)
+	}
+	if in.MaxDelay > sluice.MaxDelayLimit {
+		return nil, fmt.Errorf("httplimit: policy %q: max delay %v: want at most %v", in.Name, in.MaxDelay, sluice.MaxDelayLimit)
+	}
+	if in.CostHeader != "" && !validHeaderName(in.CostHeader) {
+		return nil, fmt.Errorf("httplimit: policy %q: CostHeader %q: want a header name such as X-Sluice-Cost", in.Name, in.CostHeader)
 	}
 	switch {
 	case in.InspectOnly && in.Cost != 0:

@@ -379,6 +379,9 @@ const maxJitter = time.Hour
 
 // checkResponseOptions says what is wrong with the options of responses.
 func checkResponseOptions(opts Options) error {
+	if opts.Headers < HeadersBoth || opts.Headers > HeadersNone {
+		return fmt.Errorf("httplimit: Headers %d: want HeadersBoth, HeadersLegacy, HeadersDraft or HeadersNone", opts.Headers)
+	}
 	if opts.RetryAfterJitter < 0 || opts.RetryAfterJitter > maxJitter {
 		return fmt.Errorf("httplimit: RetryAfterJitter %v: want 0 (off) up to %v", opts.RetryAfterJitter, maxJitter)
 	}

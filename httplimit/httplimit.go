@@ -273,6 +273,9 @@ func New(opts Options) (*Limiter, error) {
 		if p.Pattern == "" { // without one, the policy is reached by name only
 			continue
 		}
+		if why := decide.AbnormalPattern(p.Pattern); why != "" {
+			return nil, fmt.Errorf("httplimit: policy %q: pattern %q holds %s, which no request does once normalised (see Paths); write the path as it is served", p.Name, p.Pattern, why)
+		}
 		if err := register(l.mux, matchPattern(p.Pattern, l.opts.Paths.CaseInsensitive), p); err != nil {
 			return nil, err
 		}
