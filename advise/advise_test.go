@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -434,6 +435,71 @@ func TestMalformedAndMixedInput(t *testing.T) {
 	os.WriteFile(empty, []byte("junk\n\x00\n"), 0o644)
 	if code := Command([]string{empty}, nil, &stdout, &stderr); code != 1 {
 		t.Errorf("junk only: exit %d, want 1", code)
+	}
+}
+
+// advise generate refuses numbers that would make no log or no end:
+// --rate NaN hung, writing nothing; negative counts were taken as they
+// came.
+func TestGenerateRefusesBadNumbers(t *testing.T) {
+	for _, args := range [][]string{{"--rate", "NaN"}, {"--rate", "0"}, {"--rate", "-3"}, {"--rate", "Inf"}, {"--ips", "-1"},
+		{"--users", "0", "--ips", "0"}, {"--abusers", "-2"}, {"--lines", "-1"}, {"--start", "9999-12-31T23:59:00Z"}} {
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- Command(append([]string{"generate", "--lines", "5"}, args...), nil, &stdout, &stderr) }()
+		select {
+		case code := <-done:
+			if code == 0 || !strings.Contains(stderr.String(), args[0]) {
+				t.Errorf("%v: exit %d, stderr %q; want an error naming %s", args, code, stderr.String(), args[0])
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: still running after 30s", args)
+		}
+	}
+}
+
+// The advisor reads its inputs more than once: an input that reads once
+// (a FIFO, or a pipe given as a file: <(zcat …)) is refused up front,
+// where the passes after the first found it empty and wrote policies: []
+// (or waited for a writer that never came), and an output that is one of
+// the inputs is refused before the log is read, not overwritten after.
+func TestInputsReadOnceAndOutputsOverInputs(t *testing.T) {
+	dir := t.TempDir()
+	log := genFile(t, dir, loggen.Options{Seed: 5, Format: loggen.Combined, Rate: 50, Users: 20, IPs: 50}, 64<<10)
+	before, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.log")
+	if err := os.Symlink(log, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{fifo}, "is not a regular file (a pipe?)"},
+		{[]string{log, "--out-config", log}, "--out-config " + log + " is also a log to read"},
+		{[]string{log, "--html", link}, "--html " + link + " is also a log to read"},
+	} {
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- Command(tc.args, nil, &stdout, &stderr) }()
+		select {
+		case code := <-done:
+			if code == 0 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("%v: exit %d, stderr %q; want an error saying %q", tc.args, code, stderr.String(), tc.want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: still running after 30s (waiting on the FIFO?)", tc.args)
+		}
+	}
+	if after, err := os.ReadFile(log); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the log was overwritten: %.80q, %v", after, err)
 	}
 }
 

@@ -90,6 +90,18 @@ func generateCommand(args []string, stdout, stderr io.Writer) int {
 	if maxBytes <= 0 && lines <= 0 {
 		return fail(fmt.Errorf("give --size or --lines: the log would never end"))
 	}
+	switch {
+	case !(o.Rate >= 0.001 && o.Rate <= 1e7): // NaN too: it hung, writing nothing
+		return fail(fmt.Errorf("--rate %v: want the ordinary callers' requests a second, from 0.001 to 10000000", o.Rate))
+	case o.Users < 0 || o.IPs < 0 || o.Users+o.IPs == 0:
+		return fail(fmt.Errorf("--users %d, --ips %d: want 0 or more of each, and a caller at least", o.Users, o.IPs))
+	case o.Abusers < -1:
+		return fail(fmt.Errorf("--abusers %d: want 0 or more (-1 for none)", o.Abusers))
+	case lines < 0:
+		return fail(fmt.Errorf("--lines %d: want 0 (no limit) or more", lines))
+	case t.Year() > 9000:
+		return fail(fmt.Errorf("--start %s: want a year before 9000 (the advisor reads times up to the year 9999)", start))
+	}
 	w := stdout
 	var closers []io.Closer
 	if out != "-" {

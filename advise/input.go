@@ -137,6 +137,12 @@ func expandInputs(args []string) ([]source, error) {
 			if st.IsDir() {
 				return nil, fmt.Errorf("%s is a directory: want log files", n)
 			}
+			if !st.Mode().IsRegular() {
+				// A pipe (<(zcat …)) or a FIFO reads once: the passes after
+				// the first found it empty and proposed "no traffic" for
+				// every policy, or waited for a writer that never came.
+				return nil, fmt.Errorf("%s is not a regular file (a pipe?), and the advisor reads its inputs more than once: give it as standard input (… | sluice advise -), which is spooled, or as a file", n)
+			}
 			out = append(out, source{name: n, size: st.Size(), end: -1})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,9 @@ func Run(o Options) (*Report, error) {
 	}
 	srcs, err := expandInputs(o.Inputs)
 	if err != nil {
+		return nil, err
+	}
+	if err := outputsApartFromInputs(srcs, map[string]string{"--out-config": o.OutConfig, "--html": o.HTML}); err != nil {
 		return nil, err
 	}
 	rep := &Report{Window: "all"}
@@ -883,4 +887,31 @@ func passSize(srcs []source, spool *os.File) int64 {
 		n += size
 	}
 	return n
+}
+
+// outputsApartFromInputs refuses an output file that is one of the logs
+// read (by path or, through a link, by file): it was overwritten with the
+// configuration or the HTML report once the logs were read.
+func outputsApartFromInputs(srcs []source, outputs map[string]string) error {
+	for flag, out := range outputs {
+		if out == "" {
+			continue
+		}
+		ost, oerr := os.Stat(out)
+		for _, src := range srcs {
+			if src.name == "-" {
+				continue
+			}
+			same := filepath.Clean(src.name) == filepath.Clean(out)
+			if !same && oerr == nil {
+				if ist, err := os.Stat(src.name); err == nil {
+					same = os.SameFile(ist, ost)
+				}
+			}
+			if same {
+				return fmt.Errorf("%s %s is also a log to read: give the output another name", flag, out)
+			}
+		}
+	}
+	return nil
 }

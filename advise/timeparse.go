@@ -303,6 +303,14 @@ func parseEpochDigits(v float64) (int64, bool) {
 	}
 }
 
+// ParseTime reads a log's timestamp as the advisor does, in Unix
+// microseconds: Common Log Format's 02/Jan/2006:15:04:05 -0700, ISO 8601
+// (RFC 3339) with or without a zone, or a Unix time in seconds,
+// milliseconds, microseconds or nanoseconds told apart by its magnitude;
+// false for anything else, or a time outside years 1970 to 9999. sluice
+// simulate --log reads its times with it.
+func ParseTime(b []byte) (int64, bool) { return parseAnyTime(b) }
+
 // parseAnyTime reads a timestamp in any supported form.
 func parseAnyTime(b []byte) (int64, bool) {
 	if len(b) == 0 {

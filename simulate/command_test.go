@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -172,5 +173,35 @@ func TestReadLog(t *testing.T) {
 	}
 	if _, _, err := readLog(strings.NewReader("garbage\n")); err == nil {
 		t.Fatal("a log without one good line must fail")
+	}
+}
+
+// A JSON line's numeric time is read as sluice advise reads it, seconds,
+// milliseconds, microseconds or nanoseconds by its magnitude: one in µs
+// was taken for seconds, overflowed, and crashed the replay (makeslice:
+// len out of range); one in ms made two seconds 2,000.
+func TestReadLogEpochMagnitudes(t *testing.T) {
+	const at = 1710072007 // 2024-03-10T12:00:07Z
+	for _, tc := range []struct{ name, first, second string }{
+		{"seconds", "1710072007.5", "1710072009.5"},
+		{"milliseconds", "1710072007500", "1710072009500"},
+		{"microseconds", "1710072007500000", "1710072009500000"},
+		{"nanoseconds", "1710072007500000000", "1710072009500000000"},
+		{"RFC 3339", `"2024-03-10T12:00:07.5Z"`, `"2024-03-10T12:00:09.5Z"`},
+	} {
+		log := `{"ts":` + tc.first + `,"ip":"10.1.1.8"}` + "\n" + `{"ts":` + tc.second + `,"ip":"10.1.1.9"}` + "\n"
+		tr, bad, err := readLog(strings.NewReader(log))
+		if err != nil || bad != 0 || len(tr.events) != 2 {
+			t.Fatalf("%s: %d events, %d bad, %v", tc.name, len(tr.events), bad, err)
+		}
+		if got := tr.events[0].at; got != at*1_000_000+500_000 {
+			t.Errorf("%s: the first line at %d µs, want %d", tc.name, got, int64(at)*1_000_000+500_000)
+		}
+		if d := tr.events[1].at - tr.events[0].at; d != 2_000_000 {
+			t.Errorf("%s: the lines %d µs apart, want 2 s", tc.name, d)
+		}
+		if _, err := simulate(tr, sluice.Rule{Rate: 1, Burst: 3}, []string{"token_bucket"}, nil); err != nil {
+			t.Errorf("%s: replay: %v", tc.name, err)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/advise"
 )
 
 // readLog reads an access log for the replay scenario: Common or Combined
@@ -103,24 +105,27 @@ func parseCLFLine(s string) (time.Time, string, bool) {
 	return at, host, true
 }
 
-// parseJSONLine reads a JSON object's time (RFC 3339 text, or Unix seconds
-// as a number) and client key.
+// parseJSONLine reads a JSON object's time (as sluice advise reads one:
+// RFC 3339 text, or a Unix time in seconds, milliseconds, microseconds or
+// nanoseconds, told apart by its magnitude) and client key.
 func parseJSONLine(s string) (time.Time, string, bool) {
 	var m map[string]any
-	if json.Unmarshal([]byte(s), &m) != nil {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber() // the digits as written: an epoch in ns does not fit a float64
+	if dec.Decode(&m) != nil {
 		return time.Time{}, "", false
 	}
 	var at time.Time
 	for _, f := range []string{"time", "timestamp", "ts", "@timestamp"} {
+		var raw string
 		switch v := m[f].(type) {
 		case string:
-			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-				at = t
-			}
-		case float64:
-			at = time.UnixMicro(int64(v * 1e6))
+			raw = v
+		case json.Number:
+			raw = v.String()
 		}
-		if !at.IsZero() {
+		if us, ok := advise.ParseTime([]byte(raw)); ok {
+			at = time.UnixMicro(us)
 			break
 		}
 	}

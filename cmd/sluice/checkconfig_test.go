@@ -102,3 +102,29 @@ func TestCheckConfigDuplicateKey(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errOut, want)
 	}
 }
+
+// TestOneConfigFile: check-config and serve take one file; a second one,
+// beside --config or as a second argument, is an error, not a file left
+// unchecked (check-config said ok of a.yaml and never read b.yaml).
+func TestOneConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "a.yaml")
+	if err := os.WriteFile(good, []byte("policies: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "b.yaml")
+	if err := os.WriteFile(bad, []byte("stoer: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"check-config", "--config", good, bad},
+		{"check-config", good, bad},
+		{"serve", "--config", good, bad},
+		{"serve", good, bad},
+	} {
+		code, out, errOut := runBinary(t, args...)
+		if code != 2 || strings.Contains(out, "ok") || !strings.Contains(errOut, "FILE") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and a word about FILE", args[:2], code, out, errOut)
+		}
+	}
+}

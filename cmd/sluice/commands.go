@@ -196,6 +196,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if code := fs.parse(args); code >= 0 {
 		return code
 	}
+	if fs.NArg() > 1 || (*path != "" && fs.NArg() > 0) {
+		fmt.Fprintf(stderr, "sluice serve: one configuration FILE, by --config or as the argument; %q is one more\n", fs.Arg(fs.NArg()-1))
+		return 2
+	}
 	if *path == "" && fs.NArg() == 1 {
 		*path = fs.Arg(0)
 	}
@@ -309,8 +313,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if *path == "" && fs.NArg() == 1 {
 		*path = fs.Arg(0)
+	} else if fs.NArg() > 0 { // a.yaml b.yaml, or --config a.yaml b.yaml: b.yaml went unchecked
+		*path = ""
 	}
-	if *path == "" || fs.NArg() > 1 {
+	if *path == "" {
 		fmt.Fprintln(stderr, "sluice check-config: want one FILE to check; run 'sluice check-config --help' for usage.")
 		return 2
 	}
