@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -130,4 +131,35 @@ func mustRequest(t *testing.T, method, path string) *http.Request {
 	}
 	r.RemoteAddr = "192.0.2.1:1234"
 	return r
+}
+
+// Served open while the store fails, a response carries none of the rate
+// limit headers: sluice has no figures to report, and owns the names, so
+// an upstream's own (which a client would read as sluice's) are taken
+// off, as is the cost header; other headers pass.
+func TestFailedOpenCarriesNoForeignRateLimitHeaders(t *testing.T) {
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("RateLimit", `"upstream";r=999;t=1`)
+		h.Set("RateLimit-Policy", `"upstream";q=1000;w=1`)
+		h.Set("RateLimit-Remaining", "999")
+		h.Set("X-Cost", "3")
+		h.Set("X-Other", "kept")
+		io.WriteString(w, "ok")
+	})
+	e := newEnv(t, Options{Store: failingStore{}, Policies: []Policy{
+		{Name: "open", Pattern: "/", Cost: 1, Anonymous: rule(1, 1), CostHeader: "X-Cost"},
+	}}, next)
+	r := e.do("GET", "/x")
+	if r.status != 200 || r.body != "ok" {
+		t.Fatalf("served open: %d %q", r.status, r.body)
+	}
+	for _, k := range []string{"RateLimit", "RateLimit-Policy", "RateLimit-Remaining", "X-Cost"} {
+		if v := r.header.Get(k); v != "" {
+			t.Errorf("served open: %s: %q reached the client", k, v)
+		}
+	}
+	if r.header.Get("X-Other") != "kept" {
+		t.Errorf("served open: the upstream's other headers were taken off too: %v", r.header)
+	}
 }

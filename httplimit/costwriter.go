@@ -37,16 +37,21 @@ func (l *Limiter) serveAllowed(w http.ResponseWriter, r *http.Request, next http
 // front; a cost declared as a trailer is charged when the handler returns.
 type limitWriter struct {
 	http.ResponseWriter
-	l        *Limiter
-	p        *policy
-	rs       *ruleSet
-	key      string
-	r        *http.Request
-	decided  moment // when the result was decided: t counts from here
-	rule     int    // of the result: see sluice.Result
-	left     int64  // sluice.Result.Remaining
-	reset    time.Duration
-	headers  bool // set the rate limit headers
+	l       *Limiter
+	p       *policy
+	rs      *ruleSet
+	key     string
+	r       *http.Request
+	decided moment // when the result was decided: t counts from here
+	rule    int    // of the result: see sluice.Result
+	left    int64  // sluice.Result.Remaining
+	reset   time.Duration
+	headers bool // set the rate limit headers
+	// open: the store failed and the request is served open, with no
+	// figures to report: the names sluice owns are taken off the
+	// handler's response instead (an upstream's own would read as
+	// sluice's), and no cost is charged.
+	open     bool
 	wrote    bool // the response header is out (or hijacked)
 	charged  bool
 	hijacked bool
@@ -60,6 +65,15 @@ func (c *limitWriter) start() {
 	}
 	c.wrote = true
 	h := c.ResponseWriter.Header()
+	if c.open {
+		for k := range h {
+			if c.l.owns(k) || (c.p.CostHeader != "" && k == http.CanonicalHeaderKey(c.p.CostHeader)) {
+				delete(h, k)
+			}
+		}
+		c.undeclareTrailer(h)
+		return
+	}
 	if c.p.CostHeader != "" {
 		if v := h.Get(c.p.CostHeader); v != "" {
 			h.Del(c.p.CostHeader)
@@ -70,12 +84,17 @@ func (c *limitWriter) start() {
 		// t counts from now: the reset less the time since the decision.
 		t := ceilSeconds(c.reset - sinceMoment(c.decided))
 		c.l.putHeaders(h, c.rs, c.rule, c.left, t, &c.vals)
-		if tr, ok := h["Trailer"]; ok {
-			if tr = c.l.undeclareOwned(tr); tr == nil {
-				delete(h, "Trailer")
-			} else {
-				h["Trailer"] = tr
-			}
+		c.undeclareTrailer(h)
+	}
+}
+
+// undeclareTrailer takes the names sluice owns off h's Trailer.
+func (c *limitWriter) undeclareTrailer(h http.Header) {
+	if tr, ok := h["Trailer"]; ok {
+		if tr = c.l.undeclareOwned(tr); tr == nil {
+			delete(h, "Trailer")
+		} else {
+			h["Trailer"] = tr
 		}
 	}
 }
@@ -137,7 +156,7 @@ func (c *limitWriter) finish() {
 		c.start()
 		return
 	}
-	if c.p.CostHeader == "" {
+	if c.p.CostHeader == "" || c.open {
 		return
 	}
 	h := c.ResponseWriter.Header()

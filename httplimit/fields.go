@@ -31,7 +31,8 @@ func (l *Limiter) Fields(policyName, key string, res sluice.Result, elapsed time
 // (a Verdict's Rules) with result res elapsed ago, exactly as the
 // middleware would set them for an enforced policy: the rate limit
 // headers of Options.Headers and XRateLimit and, when res denies,
-// Retry-After (with the jitter of Options.RetryAfterJitter). Nil rules
+// Retry-After (with the jitter of Options.RetryAfterJitter), but for a
+// refusal that no wait would lift (a cost beyond the burst). Nil rules
 // (nothing was decided) carry none. A shadow policy's responses carry no
 // fields: a front door leaves them out itself.
 func (l *Limiter) FieldsOf(rules *decide.Rules, res sluice.Result, elapsed time.Duration) http.Header {
@@ -39,6 +40,10 @@ func (l *Limiter) FieldsOf(rules *decide.Rules, res sluice.Result, elapsed time.
 		return nil
 	}
 	h := make(http.Header, 6)
+	if !res.Allowed && neverPasses(res) {
+		l.putHeaders(h, rules, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed), new([numVals]string))
+		return h
+	}
 	if !res.Allowed {
 		secs := l.retrySeconds(res, elapsed)
 		l.putHeaders(h, rules, res.Rule, res.Remaining, secs, new([numVals]string))
@@ -59,10 +64,16 @@ func (l *Limiter) AppendFields(dst []decide.Field, rules *decide.Rules, res slui
 	if rules == nil {
 		return dst
 	}
-	if !res.Allowed {
+	if !res.Allowed && !neverPasses(res) {
 		secs := l.retrySeconds(res, elapsed)
 		dst = l.appendHeaders(dst, rules, res.Rule, res.Remaining, secs)
 		return append(dst, decide.Field{Name: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 	}
 	return l.appendHeaders(dst, rules, res.Rule, res.Remaining, ceilSeconds(res.ResetAfter-elapsed))
 }
+
+// neverPasses reports whether res refuses a request that no wait lets
+// through (an Invalid verdict: its cost is beyond the burst), which a
+// bucket's denial never does (it says when to retry): no Retry-After
+// tells the client to come back.
+func neverPasses(res sluice.Result) bool { return !res.Allowed && res.RetryAfter <= 0 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testkit/fakeclock"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -114,5 +115,37 @@ func TestAppendFieldsIsFieldsOf(t *testing.T) {
 	}
 	if fs := (&Limiter{}).AppendFields(nil, nil, sluice.Result{}, 0); fs != nil {
 		t.Fatalf("no rules: %v", fs)
+	}
+}
+
+// A refusal no wait lifts (a cost beyond the burst, an Invalid verdict)
+// carries no Retry-After: it said 1, and the client came back to the same
+// refusal. A bucket's denial still carries one.
+func TestNoRetryAfterForWhatNeverPasses(t *testing.T) {
+	store := memstore.New(memstore.Options{SweepInterval: -1})
+	defer store.Close()
+	lim, err := New(Options{Store: store, Policies: []Policy{{Name: "p", Cost: 1, Anonymous: rule(1, 3)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	v := lim.Verdict(ctx, "p", Attributes{Identity: "v"}, 5)
+	if v.Act != decide.Invalid {
+		t.Fatalf("cost 5 of a burst of 3: %v, want Invalid", v.Act)
+	}
+	if h := lim.FieldsOf(v.Rules, v.Result, 0); h.Get("Retry-After") != "" {
+		t.Errorf("cost above the burst: Retry-After %q", h.Get("Retry-After"))
+	}
+	for _, f := range lim.AppendFields(nil, v.Rules, v.Result, 0) {
+		if f.Name == "Retry-After" {
+			t.Errorf("cost above the burst: AppendFields has Retry-After %q", f.Value)
+		}
+	}
+	for range 3 {
+		lim.Verdict(ctx, "p", Attributes{Identity: "v"}, 1)
+	}
+	v = lim.Verdict(ctx, "p", Attributes{Identity: "v"}, 1)
+	if h := lim.FieldsOf(v.Rules, v.Result, 0); v.Result.Allowed || h.Get("Retry-After") == "" {
+		t.Errorf("a bucket's denial: allowed %v, Retry-After %q", v.Result.Allowed, h.Get("Retry-After"))
 	}
 }

@@ -404,6 +404,12 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	rec.record(&v, s.ID)
 	switch v.Act {
 	case decide.Pass:
+		if v.Outcome == decide.FailedOpen && !p.Shadow && l.sendsHeaders() {
+			lw := &limitWriter{ResponseWriter: w, l: l, p: p, r: r, open: true}
+			next.ServeHTTP(lw, r)
+			lw.finish()
+			return
+		}
 		next.ServeHTTP(w, r)
 	case decide.Deny:
 		l.deny(w, r, p, v.Rules, v.Result, at)
