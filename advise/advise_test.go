@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -435,6 +436,56 @@ func TestMalformedAndMixedInput(t *testing.T) {
 	os.WriteFile(empty, []byte("junk\n\x00\n"), 0o644)
 	if code := Command([]string{empty}, nil, &stdout, &stderr); code != 1 {
 		t.Errorf("junk only: exit %d, want 1", code)
+	}
+}
+
+// The table's MIN p99 is the value the rate is twice (--statistic keys:
+// the p99 across callers of each one's busiest minute): it printed the
+// p99 of all (key, minute) samples, 10 beside a rate of 22/m.
+func TestTableRateIsTwiceTheMinuteP99Shown(t *testing.T) {
+	dir := t.TempDir()
+	path := genFile(t, dir, loggen.Options{Seed: 9, Format: loggen.Combined, Rate: 200, Users: 300, IPs: 600}, 2<<20)
+	var stdout, stderr bytes.Buffer
+	if code := Command([]string{path, "--no-replay"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	checked := 0
+	for line := range strings.SplitSeq(stdout.String(), "\n") {
+		f := strings.Fields(line)
+		// MATCH may hold spaces (GET /x): read from the right of WHO.
+		who := slices.IndexFunc(f, func(s string) bool { return s == "anon" || s == "auth" })
+		if who < 0 || len(f) < who+8 {
+			continue
+		}
+		minP99, _, _ := strings.Cut(f[who+4], "/")
+		rate, ok := strings.CutSuffix(f[who+6], "/m")
+		if !ok {
+			continue // a rate per second: a static floor, or a busy class
+		}
+		p, err1 := strconv.Atoi(minP99)
+		r, err2 := strconv.Atoi(rate)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("row %q: %v %v", line, err1, err2)
+		}
+		if r != 2*p {
+			t.Errorf("row %q: rate %d/m, twice the MIN p99 shown is %d", line, r, 2*p)
+		}
+		checked++
+	}
+	if checked < 3 {
+		t.Fatalf("%d rows with a rate per minute, want 3 or more:\n%s", checked, stdout.String())
+	}
+}
+
+// Flags out of range are refused before anything is read: a --min-burst
+// of 10⁹ wrote a configuration check-config refuses (a bucket that takes
+// centuries to refill), and NaN or negative values passed unnoticed.
+func TestAdviseRefusesBadNumbers(t *testing.T) {
+	for _, args := range [][]string{{"--min-burst", "1000000000"}, {"--min-burst", "-3"}, {"--min-samples", "-1"}, {"--min-share", "NaN"}} {
+		var stderr bytes.Buffer
+		if code := Command(append(args, "-"), strings.NewReader(""), io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), args[0]) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message naming %s", args, code, stderr.String(), args[0])
+		}
 	}
 }
 

@@ -72,6 +72,10 @@ func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// maxMinBurst bounds --min-burst: a rate is at least 1/m, and a burst of
+// 100,000 refills in 70 days, within the 366 check-config allows.
+const maxMinBurst = 100_000
+
 // Options configures a run of the advisor. Command fills it from flags.
 type Options struct {
 	Inputs      []string      // files, globs, or "-" for standard input
@@ -224,8 +228,14 @@ func parseFlags(args []string, stdout, stderr io.Writer) (Options, error) {
 		help(stderr)
 		return o, errors.New("no log given: name files, globs, or - for standard input")
 	}
-	if *minShare < 0 || *minShare > 100 {
+	if !(*minShare >= 0 && *minShare <= 100) { // NaN too
 		return o, fmt.Errorf("--min-share %v: want a percentage from 0 to 100", *minShare)
+	}
+	if o.MinBurst < 0 || o.MinBurst > maxMinBurst {
+		return o, fmt.Errorf("--min-burst %d: want 0 to %d", o.MinBurst, maxMinBurst)
+	}
+	if o.MinSamples < 0 {
+		return o, fmt.Errorf("--min-samples %d: want 0 or more", o.MinSamples)
 	}
 	o.MinShare = *minShare / 100
 	if o.MaxPolicies < 0 {

@@ -137,3 +137,22 @@ func TestRealUsersNotSetApart(t *testing.T) {
 		}
 	}
 }
+
+// The icon and robots files browsers ask for on their own are told by
+// name: favicon.ico and favicon-32x32.png are, /api/favicons and
+// /x/manifest.json.bak are not (a prefix match gave any path whose last
+// segment began so the static floor of 2/s and a burst of 100, and
+// excused its 404s).
+func TestIconFilesByName(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/favicon.ico": true, "/FAVICON.ICO": true, "/img/favicon-32x32.png": true, "/favicon_io/x": false,
+		"/apple-touch-icon.png": true, "/apple-touch-icon-180x180-precomposed.png": true, "/mstile-150x150.png": true,
+		"/manifest.json": true, "/site.webmanifest": true, "/robots.txt": true, "/browserconfig.xml": true,
+		"/api/favicons": false, "/faviconsearch": false, "/x/manifest.json.bak": false, "/robots.txt2": false,
+		"/mstiles": false, "/app.js": true, "/api/users": false,
+	} {
+		if got := isStaticAsset([]byte(path)); got != want {
+			t.Errorf("isStaticAsset(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

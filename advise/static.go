@@ -28,8 +28,14 @@ var crawlerNames = [][]byte{
 	[]byte("YandexBot"), []byte("Baiduspider"), []byte("Slurp"), []byte("AdsBot-Google"),
 }
 
-// iconPrefixes are files browsers ask for on their own.
-var iconPrefixes = []string{"favicon", "apple-touch-icon", "android-chrome", "mstile", "browserconfig.xml", "site.webmanifest", "manifest.json", "robots.txt"}
+// iconPrefixes and iconNames are the files browsers ask for on their
+// own: a name of iconPrefixes alone or followed by '.', '-' or '_'
+// (favicon.ico, favicon-32x32.png, mstile-150x150.png), or one of
+// iconNames whole. GET /api/favicons is not one.
+var (
+	iconPrefixes = []string{"favicon", "apple-touch-icon", "android-chrome", "mstile"}
+	iconNames    = []string{"browserconfig.xml", "site.webmanifest", "manifest.json", "robots.txt"}
+)
 
 // excuse reports whether an answer status to path, on log line line, is
 // an error the errors rule does not count.
@@ -53,7 +59,13 @@ func excuse(status int, path, line []byte) bool {
 func isStaticAsset(path []byte) bool {
 	last := path[bytes.LastIndexByte(path, '/')+1:]
 	for _, p := range iconPrefixes {
-		if len(last) >= len(p) && strings.EqualFold(string(last[:len(p)]), p) {
+		if len(last) >= len(p) && strings.EqualFold(string(last[:len(p)]), p) &&
+			(len(last) == len(p) || strings.IndexByte(".-_", last[len(p)]) >= 0) {
+			return true
+		}
+	}
+	for _, n := range iconNames {
+		if strings.EqualFold(string(last), n) {
 			return true
 		}
 	}
