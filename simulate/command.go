@@ -152,6 +152,11 @@ func Command(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 var errUsage = errors.New("usage")
 
+// maxSyntheticRequests bounds the rule's rate × the duration of a
+// synthetic scenario, whose requests (a multiple of it) are all held in
+// memory: 2,000,000 is a few hundred MB.
+const maxSyntheticRequests = 2_000_000
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -167,6 +172,11 @@ func run(o options, args []string, stdin io.Reader, stderr io.Writer) (*Report, 
 	}
 	if o.duration <= 0 {
 		return nil, usageErr("--duration %v: want a positive duration such as 60s", o.duration)
+	}
+	if n := rate * o.duration.Seconds(); n > maxSyntheticRequests {
+		// Each request is held in memory (about 120 bytes, and the
+		// decisions of every algorithm): --rate 1e9/s ran without end.
+		return nil, usageErr("--rate %s for --duration %v is %.0f requests a scenario: want at most %d (lower one of them)", o.rate, o.duration, n, maxSyntheticRequests)
 	}
 	if o.keys < 2 {
 		return nil, usageErr("--keys %d: want 2 or more", o.keys)

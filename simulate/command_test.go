@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,5 +204,20 @@ func TestReadLogEpochMagnitudes(t *testing.T) {
 		if _, err := simulate(tr, sluice.Rule{Rate: 1, Burst: 3}, []string{"token_bucket"}, nil); err != nil {
 			t.Errorf("%s: replay: %v", tc.name, err)
 		}
+	}
+}
+
+// A line longer than any access log's (2 MB) is one malformed line, as
+// sluice advise counts it: it stopped the replay ("token too long"). And
+// a synthetic scenario too large to hold in memory is refused up front.
+func TestReadLogLongLineAndHugeScenario(t *testing.T) {
+	log := `{"ts":1710072007,"ip":"10.1.1.8"}` + "\n" + strings.Repeat("x", 2<<20) + "\n" + `{"ts":1710072009,"ip":"10.1.1.9"}`
+	tr, bad, err := readLog(strings.NewReader(log))
+	if err != nil || bad != 1 || len(tr.events) != 2 {
+		t.Fatalf("%d events, %d bad, %v; want 2 and the long line as 1 bad", len(tr.events), bad, err)
+	}
+	var stderr bytes.Buffer
+	if code := Command([]string{"--rate", "1e9/s", "--duration", "1s"}, nil, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "want at most 2000000") {
+		t.Fatalf("--rate 1e9/s: exit %d, %q", code, stderr.String())
 	}
 }

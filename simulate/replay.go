@@ -3,6 +3,7 @@ package simulate
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -28,12 +29,9 @@ func readLog(r io.Reader) (traffic, int, error) {
 	}
 	var lines []line
 	bad := 0
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
+	take := func(text string) {
+		if text = strings.TrimSpace(text); text == "" {
+			return
 		}
 		var at time.Time
 		var key string
@@ -45,12 +43,30 @@ func readLog(r io.Reader) (traffic, int, error) {
 		}
 		if !ok {
 			bad++
-			continue
+			return
 		}
 		lines = append(lines, line{at.UnixMicro(), key})
 	}
-	if err := sc.Err(); err != nil {
-		return traffic{}, bad, fmt.Errorf("reading the log: %w", err)
+	br := bufio.NewReaderSize(r, 64*1024)
+	long := false // within a line longer than the buffer: skipped, one malformed line, as sluice advise counts it
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			if !long {
+				bad++
+			}
+			long = true
+			continue
+		case err != nil && err != io.EOF:
+			return traffic{}, bad, fmt.Errorf("reading the log: %w", err)
+		case !long:
+			take(string(chunk))
+		}
+		long = false
+		if err == io.EOF {
+			break
+		}
 	}
 	if len(lines) == 0 {
 		return traffic{}, bad, fmt.Errorf("no line of the log has a time and a client key (%d malformed); want Common Log Format or JSON lines", bad)
