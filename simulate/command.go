@@ -239,6 +239,9 @@ func algorithmList(s string) ([]string, error) {
 		if !slices.Contains(algo.Names(), n) {
 			return nil, usageErr("--algorithms: %q: want some of %s", n, strings.Join(algo.Names(), ", "))
 		}
+		if slices.Contains(names, n) {
+			continue // named twice: run once
+		}
 		names = append(names, n)
 	}
 	return names, nil

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -69,7 +70,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usage)
 			return 0
 		}
-		return run([]string{rest[0], "--help"}, stdin, stdout, stderr)
+		return run(append(slices.Clone(rest), "--help"), stdin, stdout, stderr) // help advise generate: generate's
 	case "version", "-version", "--version":
 		return version(rest, stdout, stderr)
 	case "serve":

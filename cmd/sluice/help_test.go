@@ -27,9 +27,6 @@ func TestEveryHelp(t *testing.T) {
 			append(append([]string{}, cmd...), "-h"),
 			append([]string{"help"}, cmd...),
 		} {
-			if args[0] == "help" && len(cmd) > 1 {
-				continue // `sluice help` takes one word
-			}
 			code, out, errOut := runBinary(t, args...)
 			if code != 0 || errOut != "" {
 				t.Errorf("sluice %s: exit %d, stderr %q; want 0 and nothing", strings.Join(args, " "), code, errOut)
