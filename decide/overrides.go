@@ -64,7 +64,12 @@ func (o *Overrides) Replace(rules map[string]map[string][]sluice.Rule) {
 // Set makes rules, policy name → rules, identity's whole set of
 // overrides (none: an empty or nil map), keeping the others'. It copies
 // only the maps of the policies whose overrides of identity change, not
-// every identity's rules as Replace does.
+// every identity's rules as Replace does. As with Replace, rules are not
+// checked here: an override its policy refuses (a burst below the
+// policy's cost, a rate of 0, no rule) is ignored and logged at request
+// time, and the caller keeps the policy's own rules, which may be looser
+// than the override meant. Check them first with Core.ValidateRules, as
+// the admin API does.
 func (o *Overrides) Set(identity string, rules map[string][]sluice.Rule) {
 	old := o.cur.Load()
 	t := &overrideTable{gen: overrideGen.Add(1), rules: make(map[string]map[string][]sluice.Rule)}
