@@ -364,12 +364,12 @@ const MaxUnixSocketPath = 107
 // /debug/pprof/ on DEBUG_HOST:DEBUG_PORT to loopback peers (admin.pprof).
 const PprofVar = "SLUICE_PPROF"
 
-// RLSBoundVars are sluice's own variables for `sluice ratelimit`, one for
+// rlsBoundVars are sluice's own variables for `sluice ratelimit`, one for
 // each bound of the envoy_rls section that envoyproxy/ratelimit has no
 // variable for: a drop-in deployment sets them in its environment, as
 // sluice.yaml's envoy_rls section does (docs/envoy.md, "Bounds of the
 // listener"). Unset, each keeps the section's default.
-var RLSBoundVars = []struct{ Name, Field string }{
+var rlsBoundVars = []struct{ Name, Field string }{
 	{"SLUICE_MAX_STREAMS_PER_CONNECTION", "max_streams_per_connection"},
 	{"SLUICE_MAX_STREAMS_PER_IP", "max_streams_per_ip"},
 	{"SLUICE_FIRST_MESSAGE_TIMEOUT", "first_message_timeout"},
@@ -380,13 +380,13 @@ var RLSBoundVars = []struct{ Name, Field string }{
 	{"SLUICE_MAX_ENTRIES", "max_entries"},
 }
 
-// rlsBounds sets the envoy_rls bounds of RLSBoundVars that env sets.
+// rlsBounds sets the envoy_rls bounds of rlsBoundVars that env sets.
 func rlsBounds(e *EnvoyRLS, env map[string]string, bad func(string, ...any)) {
 	ints := map[string]*int{"max_streams_per_connection": &e.MaxStreamsPerConnection, "max_streams_per_ip": &e.MaxStreamsPerIP,
 		"max_in_flight_per_domain": &e.MaxInFlightPerDomain, "busy_domain_rest": &e.BusyDomainRest,
 		"max_descriptors": &e.MaxDescriptors, "max_entries": &e.MaxEntries}
 	durations := map[string]*time.Duration{"first_message_timeout": &e.FirstMessageTimeout, "domain_wait": &e.DomainWait}
-	for _, b := range RLSBoundVars {
+	for _, b := range rlsBoundVars {
 		raw, set := env[b.Name]
 		if !set {
 			continue

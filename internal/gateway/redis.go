@@ -63,8 +63,8 @@ func redisClientOptions(r config.Redis, timeout time.Duration, pool int) redisst
 // cure it. A Redis that does not answer at start is logged, not fatal: the
 // failure policy (on_error) decides requests until it answers. The
 // eviction policy of every master is read and reported (see
-// checkEviction); unchecked ("", false) when Redis did not answer, and
-// then checked once it does (probe.checkEviction).
+// checkEviction) into the probe it returns; when Redis did not answer,
+// the probe reads it once Redis does (probe.checkEviction).
 func newRedisStore(r config.Redis, log *slog.Logger) (redis.UniversalClient, *redisstore.Store, *probe, error) {
 	redis.SetLogger(redisLog{log})
 	client, err := redisstore.NewClient(redisClientOptions(r, redisMaxWait(r), max(r.PoolSize, redisPoolSize)))
