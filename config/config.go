@@ -233,12 +233,25 @@ type Override struct {
 // paths are read relative to the file's directory. The error, when the
 // file is invalid, is an Errors listing every problem.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
+	defer f.Close()
+	// A configuration is kilobytes: a file of 100 MB took 5 s and a GB of
+	// memory to decode before its error.
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("larger than %d MiB: want a configuration, not data (keys and plans of many callers belong in api_keys_file or the admin API)", maxFileBytes>>20)}}
+	}
 	return Parse(path, filepath.Dir(path), data)
 }
+
+// maxFileBytes bounds a configuration file that Load reads.
+const maxFileBytes = 8 << 20
 
 // Parse is Load for data already in memory: name is used in messages and
 // dir is where relative key file paths are read from.

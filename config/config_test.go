@@ -256,3 +256,22 @@ func TestExposureWarnings(t *testing.T) {
 		t.Fatalf("a proxy of /8: %v %q", err, c.Warnings)
 	}
 }
+
+// TestLoadRefusesHugeFiles: a file of many MB is refused before it is
+// decoded (100 MB took 5 s and a GB of memory to reach its error).
+func TestLoadRefusesHugeFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	data := "policies: []\n# " + strings.Repeat("x", maxFileBytes) + "\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "larger than 8 MiB") {
+		t.Fatalf("Load = %v", err)
+	}
+	if err := os.WriteFile(path, []byte("policies: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Fatalf("a small file: %v", err)
+	}
+}
