@@ -414,7 +414,7 @@ func (v *validator) policies() {
 			v.fail(at+".name", "%q is also the name of policies[%d] (line %d); want unique names", p.Name, j, v.line(fmt.Sprintf("policies[%d].name", j)))
 		} else if strings.HasPrefix(p.Name, "rls:") {
 			v.fail(at+".name", "%q: names beginning rls: are those of the Envoy service's limits (envoy_rls); want another, such as %s", p.Name, strings.TrimPrefix(p.Name, "rls:"))
-		} else if strings.ContainsAny(p.Name, "\"\\") || !isPrintable(p.Name) {
+		} else if !decide.ValidPolicyName(p.Name) {
 			v.fail(at+".name", "%q: want printable ASCII without quotes or backslashes (it goes into the RateLimit headers)", p.Name)
 		} else {
 			names[p.Name] = i

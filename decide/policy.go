@@ -154,6 +154,13 @@ type Compiled struct {
 	key          *keySpec // nil: the identity rules
 }
 
+// ValidPolicyName reports whether name may name a policy: printable
+// ASCII without quotes or backslashes, as the RateLimit headers' item
+// names carry it (the configuration file's check and New's are this one).
+func ValidPolicyName(name string) bool {
+	return strings.IndexFunc(name, func(r rune) bool { return r < ' ' || r > '~' || r == '"' || r == '\\' }) < 0
+}
+
 func compile(in Policy) (*Compiled, error) {
 	if in.Name == "" {
 		return nil, errors.New("httplimit: a policy has no name")
@@ -161,7 +168,7 @@ func compile(in Policy) (*Compiled, error) {
 	if len(in.Anonymous) == 0 && len(in.Authenticated) == 0 {
 		return nil, fmt.Errorf("httplimit: policy %q has no rules", in.Name)
 	}
-	if bad := strings.IndexFunc(in.Name, func(r rune) bool { return r < ' ' || r > '~' || r == '"' || r == '\\' }); bad >= 0 {
+	if !ValidPolicyName(in.Name) {
 		return nil, fmt.Errorf("httplimit: policy %q: want a name of printable ASCII without quotes or backslashes (it names the RateLimit headers' items)", in.Name)
 	}
 	if in.Cost < 0 || in.MaxDelay < 0 {

@@ -47,8 +47,8 @@ func readLog(r io.Reader) (traffic, int, error) {
 		}
 		lines = append(lines, line{at.UnixMicro(), key})
 	}
-	br := bufio.NewReaderSize(r, 64*1024)
-	long := false // within a line longer than the buffer: skipped, one malformed line, as sluice advise counts it
+	br := bufio.NewReaderSize(r, 1<<20)
+	long := false // within a line over 1 MiB: skipped, one malformed line, as sluice advise counts it
 	for {
 		chunk, err := br.ReadSlice('\n')
 		switch {
@@ -110,10 +110,11 @@ func parseCLFLine(s string) (time.Time, string, bool) {
 	if open < 0 || end < open {
 		return time.Time{}, "", false
 	}
-	at, err := time.Parse("02/Jan/2006:15:04:05 -0700", rest[open+1:end])
-	if err != nil {
+	us, ok := advise.ParseTime([]byte(rest[open+1 : end]))
+	if !ok {
 		return time.Time{}, "", false
 	}
+	at := time.UnixMicro(us)
 	// The authenticated user, when there is one, is the caller's identity.
 	if f := strings.Fields(rest[:open]); len(f) == 2 && f[1] != "-" {
 		return at, f[1], true
